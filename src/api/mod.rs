@@ -1,0 +1,32 @@
+//! Every inbound edge, thin: REST handlers and server functions per resource. Handlers parse,
+//! call a service, and map errors; no rule lives here.
+
+pub mod tasks;
+
+#[cfg(feature = "ssr")]
+mod health;
+#[cfg(feature = "ssr")]
+mod rest;
+#[cfg(feature = "ssr")]
+mod workflows;
+
+#[cfg(feature = "ssr")]
+pub use rest::{ApiError, ApiJson};
+
+/// The REST API (`/api/v1`) and `/healthz`.
+#[cfg(feature = "ssr")]
+pub fn rest_routes() -> axum::Router<crate::server::state::AppState> {
+    use axum::extract::DefaultBodyLimit;
+    use axum::routing::get;
+
+    let v1 = axum::Router::new()
+        .route("/tasks", get(tasks::rest::list).post(tasks::rest::create))
+        .route("/tasks/{id}", get(tasks::rest::get))
+        .route("/workflows", get(workflows::list))
+        .route("/agent-profiles", get(workflows::list_agent_profiles))
+        .fallback(rest::not_found)
+        .layer(DefaultBodyLimit::max(rest::MAX_BODY_BYTES));
+    axum::Router::new()
+        .route("/healthz", get(health::healthz))
+        .nest("/api/v1", v1)
+}

@@ -1,0 +1,76 @@
+//! Tasks: the server function the sidebar reads, and the REST endpoints.
+
+use leptos::prelude::*;
+
+use crate::model::{AppError, Task};
+
+/// The sidebar's task list (reconciled like `GET /api/v1/tasks`).
+#[server(prefix = "/api/fn", endpoint = "list_tasks")]
+pub async fn list_tasks() -> Result<Vec<Task>, AppError> {
+    let state = expect_context::<crate::server::state::AppState>();
+    Ok(crate::server::summary::task_view::list_tasks(&state).await?)
+}
+
+#[cfg(feature = "ssr")]
+pub mod rest {
+    use axum::Json;
+    use axum::extract::{Path, State};
+    use serde::Deserialize;
+    use serde_json::{Value, json};
+
+    use crate::api::{ApiError, ApiJson};
+    use crate::model::{AppError, Task};
+    use crate::server::orchestrator::tasks::{self, CreateTask};
+    use crate::server::state::AppState;
+    use crate::server::summary::task_view;
+
+    #[derive(Deserialize)]
+    pub struct CreateTaskBody {
+        title: String,
+        #[serde(default)]
+        description: Option<String>,
+        #[serde(default)]
+        workflow_id: Option<String>,
+        #[serde(default)]
+        step_id: Option<String>,
+        #[serde(default)]
+        agent_profile_id: Option<String>,
+        #[serde(default)]
+        prompt: Option<String>,
+    }
+
+    pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+        let tasks = task_view::list_tasks(&state).await?;
+        Ok(Json(
+            json!({ "tasks": tasks, "epoch": state.epoch.to_string() }),
+        ))
+    }
+
+    pub async fn get(
+        State(state): State<AppState>,
+        Path(id): Path<String>,
+    ) -> Result<Json<Task>, ApiError> {
+        Ok(Json(task_view::get_task(&state, &id).await?))
+    }
+
+    pub async fn create(
+        State(state): State<AppState>,
+        ApiJson(body): ApiJson<CreateTaskBody>,
+    ) -> Result<Json<Task>, ApiError> {
+        if body.prompt.is_some() || body.agent_profile_id.is_some() {
+            return Err(AppError::BadRequest(
+                "launching a session with a task (prompt, agent_profile_id) is not available yet"
+                    .into(),
+            )
+            .into());
+        }
+        let input = CreateTask {
+            title: body.title,
+            description: body.description.unwrap_or_default(),
+            workflow_id: body.workflow_id,
+            step_id: body.step_id,
+        };
+        let task = tasks::create_task(&state, input).await?;
+        Ok(Json(task))
+    }
+}

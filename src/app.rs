@@ -1,0 +1,53 @@
+use leptos::prelude::*;
+use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
+use leptos_router::components::{Route, Router, Routes};
+use leptos_router::path;
+
+use crate::ui::board::Board;
+use crate::ui::sidebar::Sidebar;
+use crate::ui::task::TaskPage;
+
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8" />
+                <meta name="viewport" content="width=device-width, initial-scale=1" />
+                <HydrationScripts options />
+                <MetaTags />
+            </head>
+            <body data-hydrated="false" data-ws="closed">
+                <App />
+            </body>
+        </html>
+    }
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+
+    // Effects only run in the browser, after hydration: the page is interactive from here on.
+    Effect::new(move |_| {
+        if let Some(body) = document().body() {
+            let _ = body.set_attribute("data-hydrated", "true");
+        }
+    });
+
+    view! {
+        <Stylesheet id="leptos" href="/pkg/turnstile.css" />
+        <Title text="Turnstile" />
+        <Router>
+            <div class="layout">
+                <Sidebar />
+                <main class="main">
+                    <Routes fallback=|| view! { <p class="empty">"Not found."</p> }>
+                        <Route path=path!("/") view=Board />
+                        <Route path=path!("/t/:task_id") view=TaskPage />
+                    </Routes>
+                </main>
+            </div>
+        </Router>
+    }
+}

@@ -1,0 +1,20 @@
+//! Turnstile: a workspace for people who run AI coding agents.
+//!
+//! Module map (see docs/decisions and shared/design/architecture.md): `model` holds the wire
+//! types shared by server and browser; `api` is every inbound edge; `ui` the components;
+//! `client` pure browser-side logic; `server` (ssr only) config, repository and services.
+
+pub mod api;
+pub mod app;
+pub mod client;
+pub mod model;
+#[cfg(feature = "ssr")]
+pub mod server;
+pub mod ui;
+
+#[cfg(feature = "hydrate")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn hydrate() {
+    console_error_panic_hook::set_once();
+    leptos::mount::hydrate_body(app::App);
+}

@@ -1,0 +1,62 @@
+//! Shared data transfer types (serde only): what crosses the wire between the server, the
+//! browser and API clients. Shapes follow `shared/spec/api.md`; nothing here touches a database.
+
+mod error;
+mod pending;
+mod session;
+mod summary;
+mod task;
+mod transcript;
+mod workflow;
+
+pub use error::AppError;
+pub use pending::{PendingAction, PendingActionRevision};
+pub use session::{Session, SessionState};
+pub use summary::{LastError, PrimarySessionRef, Summary, SummaryBody};
+pub use task::Task;
+pub use transcript::{
+    Answer, Bundle, BundleStatus, Message, MessageAuthor, MessageKind, Question, QuestionOption,
+    Response, Turn,
+};
+pub use workflow::{AgentProfile, Workflow, WorkflowStep};
+
+/// Parses a `snake_case` wire/database name into an enum, listing the accepted values on error.
+macro_rules! wire_enum {
+    ($name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(format!(
+                        concat!("unknown ", stringify!($name), " {:?} (expected one of: {})"),
+                        other,
+                        [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = String;
+            fn try_from(s: String) -> Result<Self, String> {
+                s.parse()
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use wire_enum;

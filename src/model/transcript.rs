@@ -1,0 +1,127 @@
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Turn {
+    pub id: String,
+    pub session_id: String,
+    pub started_at: String,
+    pub completed_at: Option<String>,
+    pub created_at: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageAuthor {
+    User,
+    Agent,
+    System,
+}
+
+super::wire_enum!(MessageAuthor { User => "user", Agent => "agent", System => "system" });
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageKind {
+    Text,
+    Thinking,
+    ToolCall,
+    ClarificationRequest,
+    PermissionRequest,
+    Status,
+    Error,
+}
+
+super::wire_enum!(MessageKind {
+    Text => "text",
+    Thinking => "thinking",
+    ToolCall => "tool_call",
+    ClarificationRequest => "clarification_request",
+    PermissionRequest => "permission_request",
+    Status => "status",
+    Error => "error",
+});
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub id: String,
+    pub session_id: String,
+    pub task_id: String,
+    pub turn_id: String,
+    pub author: MessageAuthor,
+    pub kind: MessageKind,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_id: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BundleStatus {
+    Pending,
+    Answered,
+    Rejected,
+    Expired,
+    Cancelled,
+}
+
+super::wire_enum!(BundleStatus {
+    Pending => "pending",
+    Answered => "answered",
+    Rejected => "rejected",
+    Expired => "expired",
+    Cancelled => "cancelled",
+});
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QuestionOption {
+    pub id: String,
+    pub label: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Question {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    pub prompt: String,
+    pub options: Vec<QuestionOption>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    pub question_id: String,
+    pub selected_options: Vec<String>,
+    #[serde(default)]
+    pub custom_text: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub pending_id: String,
+    pub answers: Vec<Answer>,
+    pub rejected: bool,
+    pub reject_reason: Option<String>,
+    pub responded_at: String,
+}
+
+/// A clarification request: 1–4 questions asked in one tool call. `active` is L2 evaluated at
+/// read time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Bundle {
+    pub pending_id: String,
+    pub session_id: String,
+    pub task_id: String,
+    pub turn_id: String,
+    pub status: BundleStatus,
+    pub detached: bool,
+    pub active: bool,
+    pub context: Option<String>,
+    pub questions: Vec<Question>,
+    pub response: Option<Response>,
+    pub created_at: String,
+    pub resolved_at: Option<String>,
+}

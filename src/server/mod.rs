@@ -1,0 +1,10 @@
+//! Everything that only exists on the server (`ssr`): configuration, state, the repository,
+//! services and the agent runtime. Nothing in here is compiled to wasm.
+
+pub mod config;
+pub mod orchestrator;
+pub mod repo;
+pub mod startup;
+pub mod state;
+pub mod summary;
+pub mod time;

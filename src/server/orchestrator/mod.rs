@@ -1,0 +1,3 @@
+//! Sessions, turns, prompts and the prompt queue, the workflow guard, resumes.
+
+pub mod tasks;

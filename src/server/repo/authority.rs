@@ -1,0 +1,167 @@
+//! The current-turn authority: the one definition of "current turn" (L1) and "active bundle"
+//! (L2), as SQL shared by the scalar and batch queries and by every guarded mutation, on SQLite
+//! and PostgreSQL alike (L3). Nothing else in the code base decides whether a question is
+//! active: the workflow guard, detach, expiry, response validation, projections, boot and the
+//! transcript all go through the repository methods built from these statements.
+
+use std::sync::LazyLock;
+
+use super::Backend;
+
+/// Session states that end a session (L2 and L11 exclude them).
+const TERMINAL_STATES: &str = "('completed', 'failed', 'cancelled')";
+/// P1: only these sessions can have a pending action.
+const INPUT_CAPABLE_STATES: &str = "('running', 'waiting_for_input')";
+
+/// L1 as an SQL scalar subquery: the id of the current turn of the session whose id is the SQL
+/// expression `session`. Newest by `started_at`, then `created_at`, then `id`; completed turns
+/// count; a reservation counts only once attempted or referenced by a message (L19). Backed by
+/// the `turns_authority` index, so its cost does not grow with history (B1).
+pub fn current_turn_of(session: &str) -> String {
+    format!(
+        "(SELECT ct.id FROM turns ct \
+          WHERE ct.session_id = {session} \
+            AND (ct.reservation <> 'reserved' \
+                 OR EXISTS (SELECT 1 FROM messages cm WHERE cm.turn_id = ct.id)) \
+          ORDER BY ct.started_at DESC, ct.created_at DESC, ct.id DESC LIMIT 1)"
+    )
+}
+
+/// L2 as an SQL predicate over the bundle row named `b` (an alias or the table name): pending,
+/// in its session's current turn, and the session is not terminal. The status column is NOT
+/// NULL (default 'pending'), so "missing status" cannot occur in this schema.
+pub fn bundle_is_active(b: &str) -> String {
+    format!(
+        "({b}.status = 'pending' \
+          AND {b}.turn_id = {current} \
+          AND EXISTS (SELECT 1 FROM sessions bs WHERE bs.id = {b}.session_id \
+                      AND bs.state NOT IN {TERMINAL_STATES}))",
+        current = current_turn_of(&format!("{b}.session_id"))
+    )
+}
+
+/// The bundle columns in table order, for SELECT and RETURNING lists.
+pub const BUNDLE_COLUMNS: &str = "pending_id, session_id, task_id, turn_id, status, detached, \
+    delivery_pending, context, dedup_key, response, reject_reason, created_at, resolved_at";
+
+/// Every statement that embodies L1/L2, built once.
+pub struct AuthoritySql {
+    pub current_turn_id: String,
+    pub active_bundles: String,
+    pub bundle_with_activity: String,
+    pending_actions_sqlite: String,
+    pending_actions_postgres: String,
+    pub detach_session: String,
+    pub detach_turn: String,
+    pub detach_bundle: String,
+    pub expire_session: String,
+    pub claim_bundle: String,
+    pub restore_bundle: String,
+}
+
+impl AuthoritySql {
+    /// The batch P1 query; `$1` is a JSON array of session ids.
+    pub fn pending_actions(&self, backend: Backend) -> &str {
+        match backend {
+            Backend::Sqlite => &self.pending_actions_sqlite,
+            Backend::Postgres => &self.pending_actions_postgres,
+        }
+    }
+}
+
+/// A JSON array parameter (`$1`) as a one-column relation `id`.
+pub fn ids_from_json(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => "SELECT value AS id FROM json_each($1)",
+        Backend::Postgres => "SELECT jsonb_array_elements_text($1::jsonb) AS id",
+    }
+}
+
+fn pending_actions(backend: Backend) -> String {
+    // P1: clarification if an active bundle exists (L2: pending, current turn; the session is
+    // input-capable hence not terminal), else permission if the latest permission request of
+    // the current turn is pending, else null.
+    format!(
+        "WITH cur AS ( \
+           SELECT s.id AS session_id, s.state AS state, {current} AS turn_id \
+           FROM sessions s WHERE s.id IN ({ids}) \
+         ) \
+         SELECT cur.session_id AS session_id, \
+           CASE \
+             WHEN cur.state NOT IN {INPUT_CAPABLE_STATES} THEN NULL \
+             WHEN EXISTS (SELECT 1 FROM clarification_bundles b \
+                          WHERE b.session_id = cur.session_id AND b.turn_id = cur.turn_id \
+                            AND b.status = 'pending') THEN 'clarification' \
+             WHEN (SELECT p.status FROM permission_requests p \
+                   WHERE p.session_id = cur.session_id AND p.turn_id = cur.turn_id \
+                   ORDER BY p.created_at DESC, p.id DESC LIMIT 1) = 'pending' THEN 'permission' \
+             ELSE NULL \
+           END AS pending_action \
+         FROM cur",
+        current = current_turn_of("s.id"),
+        ids = ids_from_json(backend),
+    )
+}
+
+pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
+    let active_table = bundle_is_active("clarification_bundles");
+    AuthoritySql {
+        current_turn_id: format!("SELECT {} AS turn_id", current_turn_of("$1")),
+        active_bundles: format!(
+            "SELECT {BUNDLE_COLUMNS} FROM clarification_bundles b \
+             WHERE b.session_id = $1 AND {} \
+             ORDER BY b.created_at, b.pending_id",
+            bundle_is_active("b")
+        ),
+        bundle_with_activity: format!(
+            "SELECT {BUNDLE_COLUMNS}, {} AS active FROM clarification_bundles b WHERE b.pending_id = $1",
+            bundle_is_active("b")
+        ),
+        pending_actions_sqlite: pending_actions(Backend::Sqlite),
+        pending_actions_postgres: pending_actions(Backend::Postgres),
+        // L9: one guarded statement; only what it changed is returned (repeat = no-op, I7).
+        detach_session: format!(
+            "UPDATE clarification_bundles SET detached = TRUE \
+             WHERE session_id = $1 AND detached = FALSE AND {active_table} \
+             RETURNING pending_id"
+        ),
+        // L10: a completion of a turn that is no longer current touches nothing.
+        detach_turn: format!(
+            "UPDATE clarification_bundles SET detached = TRUE \
+             WHERE turn_id = $1 AND detached = FALSE AND {active_table} \
+             RETURNING pending_id"
+        ),
+        detach_bundle: format!(
+            "UPDATE clarification_bundles SET detached = TRUE \
+             WHERE pending_id = $1 AND detached = FALSE AND {active_table} \
+             RETURNING pending_id"
+        ),
+        // L11 runs after the session became terminal, so it checks "pending in the current
+        // turn" rather than full activity.
+        expire_session: format!(
+            "UPDATE clarification_bundles SET status = 'expired', resolved_at = $2 \
+             WHERE session_id = $1 AND status = 'pending' \
+               AND turn_id = {} \
+             RETURNING pending_id",
+            current_turn_of("clarification_bundles.session_id")
+        ),
+        // L13: the claim succeeds only on an active bundle (detached ones included).
+        claim_bundle: format!(
+            "UPDATE clarification_bundles \
+             SET status = $2, response = $3, reject_reason = $4, resolved_at = $5, \
+                 delivery_pending = TRUE \
+             WHERE pending_id = $1 AND {active_table} \
+             RETURNING {BUNDLE_COLUMNS}"
+        ),
+        // L18: only an undelivered claim whose turn is still current goes back to pending.
+        restore_bundle: format!(
+            "UPDATE clarification_bundles \
+             SET status = 'pending', response = NULL, reject_reason = NULL, resolved_at = NULL, \
+                 delivery_pending = FALSE \
+             WHERE pending_id = $1 AND delivery_pending = TRUE \
+               AND status IN ('answered', 'rejected') \
+               AND turn_id = {}",
+            current_turn_of("clarification_bundles.session_id")
+        ),
+    }
+});

@@ -1,0 +1,343 @@
+//! The repository: every read and write of durable state goes through [`Repository`], one
+//! object-safe trait with a SQLite and a PostgreSQL implementation that share their SQL text
+//! (`sql.rs`). The current-turn authority (L1–L3) lives in `authority.rs` and nowhere else.
+
+pub mod authority;
+mod postgres;
+mod records;
+mod sql;
+mod sqlite;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+pub use postgres::PostgresRepository;
+pub use records::*;
+pub use sqlite::SqliteRepository;
+
+use crate::model::{
+    BundleStatus, MessageAuthor, MessageKind, PendingAction, Question, SessionState, SummaryBody,
+};
+use crate::server::time::Micros;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// Injected by tests (P5, P8, N3 fail-closed paths).
+    #[error("injected failure: {0}")]
+    Injected(String),
+}
+
+pub type RepoResult<T> = Result<T, RepoError>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Connects to the database named by `url` (`sqlite:…` or `postgres://…`) and runs migrations.
+pub async fn connect(url: &str) -> RepoResult<Arc<dyn Repository>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresRepository::connect(url).await?))
+    } else if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteRepository::connect(url).await?))
+    } else {
+        Err(RepoError::Invalid(format!(
+            "unsupported database url {url:?}: expected sqlite:<path> or postgres://…"
+        )))
+    }
+}
+
+pub fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+// ---- inputs ---------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+pub struct NewWorkflowStep {
+    pub name: String,
+    pub on_turn_complete: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NewWorkflow {
+    pub name: String,
+    pub is_default: bool,
+    pub steps: Vec<NewWorkflowStep>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NewAgentProfile {
+    pub name: String,
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct NewTask {
+    pub title: String,
+    pub description: String,
+    pub workflow_id: Option<String>,
+    pub step_id: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct TaskPatch {
+    pub title: Option<String>,
+    pub step_id: Option<String>,
+    pub archived: Option<bool>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NewSession {
+    pub task_id: String,
+    pub agent_profile_id: Option<String>,
+    pub name: String,
+    pub state: SessionState,
+    pub is_primary: bool,
+    pub mcp_token_hash: Option<String>,
+}
+
+/// A turn row. `id` is chosen by the caller only where a test needs to force the final `id`
+/// tie-breaker of L1; services leave it `None`.
+#[derive(Clone, Debug)]
+pub struct NewTurn {
+    pub id: Option<String>,
+    pub session_id: String,
+    pub started_at: Micros,
+    pub created_at: Micros,
+}
+
+#[derive(Clone, Debug)]
+pub struct NewMessage {
+    pub session_id: String,
+    pub turn_id: String,
+    pub author: MessageAuthor,
+    pub kind: MessageKind,
+    pub content: String,
+    pub pending_id: Option<String>,
+}
+
+/// L6: a bundle, its questions and its transcript message are written in one transaction.
+#[derive(Clone, Debug)]
+pub struct NewBundle {
+    pub pending_id: Option<String>,
+    pub session_id: String,
+    pub turn_id: String,
+    pub context: Option<String>,
+    pub dedup_key: String,
+    pub questions: Vec<Question>,
+    pub message_content: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct NewPermissionRequest {
+    pub session_id: String,
+    pub turn_id: String,
+    pub tool_call: String,
+    pub options: String,
+}
+
+/// The outcome a responder tries to claim (L13).
+#[derive(Clone, Debug)]
+pub struct Claim {
+    pub status: BundleStatus,
+    /// The `Response` as JSON.
+    pub response: String,
+    pub reject_reason: Option<String>,
+}
+
+// ---- outcomes -------------------------------------------------------------------------------
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClaimOutcome {
+    /// This call won the compare-and-set; the bundle now carries `delivery_pending`.
+    Claimed(BundleRecord),
+    /// Someone else answered or rejected it first (L14: 200 `claimed:false`).
+    AlreadyResolved(BundleRecord),
+    /// Superseded, expired, cancelled or in a terminal session (L14: 409, nothing written).
+    NotActive(BundleRecord),
+    NotFound,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum CasOutcome {
+    Written {
+        revision: i64,
+    },
+    /// Same content as stored: nothing rewritten.
+    Unchanged {
+        revision: i64,
+    },
+    /// The expected revision is stale; here is what is stored now.
+    Conflict {
+        current: Option<StoredSummary>,
+    },
+}
+
+/// The repository. Object safe: the server holds an `Arc<dyn Repository>`. Every write takes
+/// its timestamp from the caller (services read a [`crate::server::time::Clock`]).
+#[async_trait]
+pub trait Repository: Send + Sync + 'static {
+    fn backend(&self) -> Backend;
+
+    // -- meta (P9) --
+    /// Atomically increments the projection epoch and returns the new value.
+    async fn bump_epoch(&self) -> RepoResult<i64>;
+    async fn current_epoch(&self) -> RepoResult<i64>;
+
+    // -- workflows and agent profiles --
+    async fn create_workflow(&self, new: &NewWorkflow, at: Micros) -> RepoResult<WorkflowRecord>;
+    async fn list_workflows(&self) -> RepoResult<Vec<WorkflowRecord>>;
+    async fn default_workflow(&self) -> RepoResult<Option<WorkflowRecord>>;
+    async fn create_agent_profile(
+        &self,
+        new: &NewAgentProfile,
+        at: Micros,
+    ) -> RepoResult<AgentProfileRecord>;
+    async fn list_agent_profiles(&self) -> RepoResult<Vec<AgentProfileRecord>>;
+    async fn get_agent_profile(&self, id: &str) -> RepoResult<Option<AgentProfileRecord>>;
+    async fn get_agent_profile_by_name(&self, name: &str)
+    -> RepoResult<Option<AgentProfileRecord>>;
+
+    // -- tasks --
+    async fn create_task(&self, new: &NewTask, at: Micros) -> RepoResult<TaskRecord>;
+    async fn get_task(&self, id: &str) -> RepoResult<Option<TaskRecord>>;
+    /// Newest first.
+    async fn list_tasks(&self) -> RepoResult<Vec<TaskRecord>>;
+    async fn update_task(
+        &self,
+        id: &str,
+        patch: &TaskPatch,
+        at: Micros,
+    ) -> RepoResult<Option<TaskRecord>>;
+    async fn delete_task(&self, id: &str) -> RepoResult<bool>;
+
+    // -- sessions --
+    async fn create_session(&self, new: &NewSession, at: Micros) -> RepoResult<SessionRecord>;
+    async fn get_session(&self, id: &str) -> RepoResult<Option<SessionRecord>>;
+    /// Newest first.
+    async fn list_sessions(&self, task_id: &str) -> RepoResult<Vec<SessionRecord>>;
+    /// Moves a non-terminal session to `state`; a terminal session never moves again (returns
+    /// `None`). Stamps `started_at` on the first start and `completed_at` on a terminal state.
+    /// Every session of the given tasks, newest first within a task.
+    async fn sessions_for_tasks(&self, task_ids: &[String]) -> RepoResult<Vec<SessionRecord>>;
+    async fn set_session_state(
+        &self,
+        id: &str,
+        state: SessionState,
+        at: Micros,
+    ) -> RepoResult<Option<SessionRecord>>;
+    async fn set_primary_session(&self, id: &str) -> RepoResult<bool>;
+
+    // -- turns and messages --
+    async fn insert_turn(&self, new: &NewTurn) -> RepoResult<TurnRecord>;
+    async fn complete_turn(&self, turn_id: &str, at: Micros) -> RepoResult<bool>;
+    async fn get_turn(&self, id: &str) -> RepoResult<Option<TurnRecord>>;
+    /// Ascending (L1 order); unreferenced reservations are hidden.
+    async fn list_turns(&self, session_id: &str) -> RepoResult<Vec<TurnRecord>>;
+    async fn insert_message(&self, new: &NewMessage, at: Micros) -> RepoResult<MessageRecord>;
+    async fn list_messages(
+        &self,
+        session_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> RepoResult<Vec<MessageRecord>>;
+    async fn delete_message(&self, id: &str) -> RepoResult<Option<MessageRecord>>;
+
+    // -- clarifications and permissions --
+    async fn insert_bundle(
+        &self,
+        new: &NewBundle,
+        at: Micros,
+    ) -> RepoResult<(BundleRecord, MessageRecord)>;
+    async fn get_bundle(&self, pending_id: &str) -> RepoResult<Option<StoredBundle>>;
+    async fn insert_permission_request(
+        &self,
+        new: &NewPermissionRequest,
+        at: Micros,
+    ) -> RepoResult<PermissionRecord>;
+    async fn get_permission_request(&self, id: &str) -> RepoResult<Option<PermissionRecord>>;
+    /// P1: the newest permission request of `turn_id` (by `created_at`, then `id`).
+    async fn latest_permission_request(
+        &self,
+        session_id: &str,
+        turn_id: &str,
+    ) -> RepoResult<Option<PermissionRecord>>;
+    /// Guarded: only a pending request is resolved.
+    async fn resolve_permission_request(
+        &self,
+        id: &str,
+        status: &str,
+        outcome: Option<&str>,
+        at: Micros,
+    ) -> RepoResult<bool>;
+
+    // -- summaries (P3) --
+    async fn get_summary(&self, task_id: &str) -> RepoResult<Option<StoredSummary>>;
+    async fn get_summaries(
+        &self,
+        task_ids: &[String],
+    ) -> RepoResult<HashMap<String, StoredSummary>>;
+    /// Compare-and-set on `revision`: `expected = None` creates the row only if absent. Equal
+    /// content is not rewritten.
+    async fn cas_summary(
+        &self,
+        task_id: &str,
+        expected: Option<i64>,
+        body: &SummaryBody,
+        at: Micros,
+    ) -> RepoResult<CasOutcome>;
+
+    // -- the current-turn authority (L1–L3, L9–L11, L13, L18, L19); SQL in authority.rs --
+    async fn current_turn_id(&self, session_id: &str) -> RepoResult<Option<String>>;
+    async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<StoredBundle>>;
+    /// P1 for each id (unknown ids map to `None`); one query, same answer as the scalar forms.
+    async fn pending_actions_for_sessions(
+        &self,
+        session_ids: &[String],
+    ) -> RepoResult<HashMap<String, Option<PendingAction>>>;
+    /// L9 for every active, attached bundle of the session's current turn; returns what changed.
+    async fn detach_session(&self, session_id: &str) -> RepoResult<Vec<String>>;
+    /// L9/L10 on turn completion: only if `turn_id` is still the session's current turn.
+    async fn detach_turn(&self, turn_id: &str) -> RepoResult<Vec<String>>;
+    /// L9 for one bundle (its tool call was cancelled or timed out).
+    async fn detach_bundle(&self, pending_id: &str) -> RepoResult<bool>;
+    /// L11: pending bundles of the current turn become `expired`; returns what changed.
+    async fn expire_session(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>>;
+    /// L13: one compare-and-set from active to answered/rejected with `delivery_pending`.
+    async fn claim_bundle(
+        &self,
+        pending_id: &str,
+        claim: &Claim,
+        at: Micros,
+    ) -> RepoResult<ClaimOutcome>;
+    /// L18: undo a claim that was not accepted (only while still current and undelivered).
+    async fn restore_bundle(&self, pending_id: &str) -> RepoResult<bool>;
+    async fn finalize_delivery(&self, pending_id: &str) -> RepoResult<bool>;
+    /// L19: a resume turn that is not authoritative until attempted or referenced.
+    async fn reserve_turn(
+        &self,
+        session_id: &str,
+        pending_id: &str,
+        at: Micros,
+    ) -> RepoResult<TurnRecord>;
+    async fn mark_attempted(&self, turn_id: &str) -> RepoResult<bool>;
+    async fn publish_turn(&self, turn_id: &str) -> RepoResult<bool>;
+    /// Deletes a reservation that was never attempted nor referenced (L18/L19).
+    async fn delete_reservation(&self, turn_id: &str) -> RepoResult<bool>;
+}

@@ -1,0 +1,305 @@
+//! Rows as stored. Services turn them into wire types (`crate::model`) with `to_dto`.
+
+use crate::model::{
+    AgentProfile, Bundle, BundleStatus, Message, MessageAuthor, MessageKind, PendingAction,
+    PendingActionRevision, Question, Response, Session, SessionState, Summary, SummaryBody, Turn,
+    Workflow, WorkflowStep,
+};
+use crate::server::time::{Micros, format_micros};
+
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct WorkflowRow {
+    pub id: String,
+    pub name: String,
+    pub is_default: bool,
+    pub created_at: Micros,
+}
+
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct WorkflowStepRecord {
+    pub id: String,
+    pub workflow_id: String,
+    pub position: i64,
+    pub name: String,
+    pub on_turn_complete: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkflowRecord {
+    pub workflow: WorkflowRow,
+    pub steps: Vec<WorkflowStepRecord>,
+}
+
+impl WorkflowRecord {
+    pub fn to_dto(&self) -> Workflow {
+        Workflow {
+            id: self.workflow.id.clone(),
+            name: self.workflow.name.clone(),
+            is_default: self.workflow.is_default,
+            steps: self
+                .steps
+                .iter()
+                .map(|s| WorkflowStep {
+                    id: s.id.clone(),
+                    name: s.name.clone(),
+                    position: s.position,
+                    on_turn_complete: s.on_turn_complete.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct AgentProfileRecord {
+    pub id: String,
+    pub name: String,
+    pub command: String,
+    /// JSON array of strings.
+    pub args: String,
+    /// JSON object of strings.
+    pub env: String,
+    pub created_at: Micros,
+}
+
+impl AgentProfileRecord {
+    pub fn to_dto(&self) -> AgentProfile {
+        AgentProfile {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            command: self.command.clone(),
+            args: serde_json::from_str(&self.args).unwrap_or_default(),
+            env: serde_json::from_str(&self.env).unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct TaskRecord {
+    pub id: String,
+    pub title: String,
+    pub description: String,
+    pub state: String,
+    pub workflow_id: Option<String>,
+    pub step_id: Option<String>,
+    pub archived_at: Option<Micros>,
+    pub created_at: Micros,
+    pub updated_at: Micros,
+    pub primary_session_id: Option<String>,
+    pub session_count: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct SessionRecord {
+    pub id: String,
+    pub task_id: String,
+    pub agent_profile_id: Option<String>,
+    pub name: String,
+    #[sqlx(try_from = "String")]
+    pub state: SessionState,
+    pub is_primary: bool,
+    pub mcp_token_hash: Option<String>,
+    pub acp_session_id: Option<String>,
+    pub started_at: Option<Micros>,
+    pub completed_at: Option<Micros>,
+    pub created_at: Micros,
+}
+
+impl SessionRecord {
+    pub fn to_dto(
+        &self,
+        pending_action: Option<PendingAction>,
+        revision: Option<PendingActionRevision>,
+    ) -> Session {
+        Session {
+            id: self.id.clone(),
+            task_id: self.task_id.clone(),
+            name: self.name.clone(),
+            agent_profile_id: self.agent_profile_id.clone(),
+            state: self.state,
+            is_primary: self.is_primary,
+            started_at: self.started_at.map(format_micros),
+            completed_at: self.completed_at.map(format_micros),
+            created_at: format_micros(self.created_at),
+            pending_action,
+            pending_action_revision: revision,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct TurnRecord {
+    pub id: String,
+    pub session_id: String,
+    pub task_id: String,
+    pub started_at: Micros,
+    pub completed_at: Option<Micros>,
+    pub created_at: Micros,
+    /// `none` | `reserved` | `attempted` (L19).
+    pub reservation: String,
+    pub resume_pending_id: Option<String>,
+}
+
+impl TurnRecord {
+    pub fn to_dto(&self) -> Turn {
+        Turn {
+            id: self.id.clone(),
+            session_id: self.session_id.clone(),
+            started_at: format_micros(self.started_at),
+            completed_at: self.completed_at.map(format_micros),
+            created_at: format_micros(self.created_at),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct MessageRecord {
+    pub id: String,
+    pub session_id: String,
+    pub task_id: String,
+    pub turn_id: String,
+    #[sqlx(try_from = "String")]
+    pub author: MessageAuthor,
+    #[sqlx(try_from = "String")]
+    pub kind: MessageKind,
+    pub content: String,
+    pub pending_id: Option<String>,
+    pub created_at: Micros,
+    pub updated_at: Micros,
+}
+
+impl MessageRecord {
+    pub fn to_dto(&self) -> Message {
+        Message {
+            id: self.id.clone(),
+            session_id: self.session_id.clone(),
+            task_id: self.task_id.clone(),
+            turn_id: self.turn_id.clone(),
+            author: self.author,
+            kind: self.kind,
+            content: self.content.clone(),
+            pending_id: self.pending_id.clone(),
+            created_at: format_micros(self.created_at),
+            updated_at: format_micros(self.updated_at),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct BundleRecord {
+    pub pending_id: String,
+    pub session_id: String,
+    pub task_id: String,
+    pub turn_id: String,
+    #[sqlx(try_from = "String")]
+    pub status: BundleStatus,
+    pub detached: bool,
+    pub delivery_pending: bool,
+    pub context: Option<String>,
+    pub dedup_key: String,
+    /// The `Response` as JSON once claimed.
+    pub response: Option<String>,
+    pub reject_reason: Option<String>,
+    pub created_at: Micros,
+    pub resolved_at: Option<Micros>,
+}
+
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct QuestionRow {
+    pub pending_id: String,
+    pub position: i64,
+    pub question_id: String,
+    pub title: Option<String>,
+    pub prompt: String,
+    /// JSON array of `QuestionOption`.
+    pub options: String,
+}
+
+/// A bundle with its questions and L2 evaluated when it was read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredBundle {
+    pub record: BundleRecord,
+    pub questions: Vec<Question>,
+    pub active: bool,
+}
+
+impl StoredBundle {
+    pub fn to_dto(&self) -> Bundle {
+        let r = &self.record;
+        Bundle {
+            pending_id: r.pending_id.clone(),
+            session_id: r.session_id.clone(),
+            task_id: r.task_id.clone(),
+            turn_id: r.turn_id.clone(),
+            status: r.status,
+            detached: r.detached,
+            active: self.active,
+            context: r.context.clone(),
+            questions: self.questions.clone(),
+            response: r
+                .response
+                .as_deref()
+                .and_then(|j| serde_json::from_str::<Response>(j).ok()),
+            created_at: format_micros(r.created_at),
+            resolved_at: r.resolved_at.map(format_micros),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct PermissionRecord {
+    pub id: String,
+    pub session_id: String,
+    pub task_id: String,
+    pub turn_id: String,
+    pub tool_call: String,
+    pub options: String,
+    /// `pending` | `selected` | `cancelled`
+    pub status: String,
+    pub outcome: Option<String>,
+    pub created_at: Micros,
+    pub resolved_at: Option<Micros>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredSummary {
+    pub task_id: String,
+    pub revision: i64,
+    pub body: SummaryBody,
+    pub invalidated: bool,
+    pub updated_at: Micros,
+}
+
+impl StoredSummary {
+    pub fn to_dto(&self) -> Summary {
+        Summary {
+            revision: self.revision,
+            updated_at: format_micros(self.updated_at),
+            body: self.body.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub(super) struct SummaryRow {
+    pub task_id: String,
+    pub revision: i64,
+    pub summary: String,
+    pub invalidated: bool,
+    pub updated_at: Micros,
+}
+
+impl SummaryRow {
+    pub(super) fn into_stored(self) -> Result<StoredSummary, super::RepoError> {
+        let body = serde_json::from_str(&self.summary).map_err(|e| {
+            super::RepoError::Corrupt(format!("summary of task {}: {e}", self.task_id))
+        })?;
+        Ok(StoredSummary {
+            task_id: self.task_id,
+            revision: self.revision,
+            body,
+            invalidated: self.invalidated,
+            updated_at: self.updated_at,
+        })
+    }
+}

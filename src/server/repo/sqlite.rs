@@ -1,0 +1,46 @@
+//! SQLite, the embedded default: a WAL database file with a small pool. Write transactions
+//! start with `BEGIN IMMEDIATE` so a read-then-write transaction never fails to upgrade.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Pool, Sqlite, Transaction};
+
+use super::{Backend, RepoResult};
+
+pub struct SqliteRepository {
+    pool: Pool<Sqlite>,
+}
+
+impl SqliteRepository {
+    pub const BACKEND: Backend = Backend::Sqlite;
+
+    /// `url` is `sqlite:<path>` (created if missing) or `sqlite::memory:`.
+    pub async fn connect(url: &str) -> RepoResult<Self> {
+        let memory = url.contains(":memory:");
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10))
+            .journal_mode(if memory {
+                SqliteJournalMode::Memory
+            } else {
+                SqliteJournalMode::Wal
+            })
+            .synchronous(SqliteSynchronous::Normal);
+        let pool = SqlitePoolOptions::new()
+            // An in-memory database exists per connection: keep exactly one.
+            .max_connections(if memory { 1 } else { 8 })
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    async fn write_tx(&self) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
+super::sql::impl_repository!(SqliteRepository, Sqlite);

@@ -1,0 +1,3 @@
+//! Projections: per-session pending actions, task summaries, reconciliation (P1–P9).
+
+pub mod task_view;

@@ -1,0 +1,6 @@
+//! Components. They render what server functions and (later) the WebSocket store give them;
+//! decisions live in `crate::client`.
+
+pub mod board;
+pub mod sidebar;
+pub mod task;

@@ -1,0 +1,88 @@
+//! Test fixtures: real databases. SQLite gets a fresh file per test; PostgreSQL gets a fresh
+//! database per test in the server named by `TEST_POSTGRES_URL` (scripts/test.sh starts a
+//! private cluster and sets it). Without it, PostgreSQL tests fail under `CI=true` and are
+//! skipped elsewhere with a visible line.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use turnstile::server::repo::{self, Repository};
+
+pub fn temp_dir(prefix: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("turnstile-{prefix}-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// A URL for a fresh, empty SQLite database file.
+pub fn sqlite_url() -> String {
+    format!("sqlite:{}", temp_dir("sqlite").join("test.db").display())
+}
+
+/// A URL for a fresh, empty PostgreSQL database, or `None` (skipped) when no server is given.
+pub async fn postgres_url() -> Option<String> {
+    let admin = match std::env::var("TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!(
+                    "TEST_POSTGRES_URL is not set under CI=true: PostgreSQL tests must run in CI"
+                );
+            }
+            eprintln!("PostgreSQL tests skipped: TEST_POSTGRES_URL is not set");
+            return None;
+        }
+    };
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach PostgreSQL at TEST_POSTGRES_URL: {e}"));
+    let name = format!("t_{}", uuid::Uuid::now_v7().simple());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .expect("create test database");
+    let base = admin
+        .rsplit_once('/')
+        .map(|(base, _)| base)
+        .expect("TEST_POSTGRES_URL has a database path");
+    let query = admin
+        .split_once('?')
+        .map(|(_, q)| format!("?{q}"))
+        .unwrap_or_default();
+    let base = base.split('?').next().unwrap_or(base);
+    Some(format!("{base}/{name}{query}"))
+}
+
+pub async fn sqlite_repo() -> Arc<dyn Repository> {
+    repo::connect(&sqlite_url()).await.expect("open sqlite")
+}
+
+pub async fn postgres_repo() -> Option<Arc<dyn Repository>> {
+    let url = postgres_url().await?;
+    Some(repo::connect(&url).await.expect("open postgres"))
+}
+
+/// Runs one story against SQLite and PostgreSQL: `both!(story_fn)` defines `mod story_fn`
+/// with a `sqlite` and a `postgres` test.
+#[macro_export]
+macro_rules! both {
+    ($($story:ident),+ $(,)?) => {
+        $(
+            mod $story {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$story($crate::support::sqlite_repo().await).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    if let Some(repo) = $crate::support::postgres_repo().await {
+                        super::$story(repo).await;
+                    }
+                }
+            }
+        )+
+    };
+}
