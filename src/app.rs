@@ -1,7 +1,7 @@
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{Route, Router, Routes};
-use leptos_router::path;
+use leptos_router::{SsrMode, path};
 
 use crate::ui::board::Board;
 use crate::ui::sidebar::Sidebar;
@@ -35,6 +35,8 @@ pub fn App() -> impl IntoView {
         }
     });
 
+    // SsrMode::Async: the server sends complete HTML (tasks included), so the page works before
+    // hydration and without JavaScript.
     view! {
         <Stylesheet id="leptos" href="/pkg/turnstile.css" />
         <Title text="Turnstile" />
@@ -43,8 +45,8 @@ pub fn App() -> impl IntoView {
                 <Sidebar />
                 <main class="main">
                     <Routes fallback=|| view! { <p class="empty">"Not found."</p> }>
-                        <Route path=path!("/") view=Board />
-                        <Route path=path!("/t/:task_id") view=TaskPage />
+                        <Route path=path!("/") view=Board ssr=SsrMode::Async />
+                        <Route path=path!("/t/:task_id") view=TaskPage ssr=SsrMode::Async />
                     </Routes>
                 </main>
             </div>

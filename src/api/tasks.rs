@@ -8,7 +8,7 @@ use crate::model::{AppError, Task};
 #[server(prefix = "/api/fn", endpoint = "list_tasks")]
 pub async fn list_tasks() -> Result<Vec<Task>, AppError> {
     let state = expect_context::<crate::server::state::AppState>();
-    Ok(crate::server::summary::task_view::list_tasks(&state).await?)
+    crate::server::summary::task_view::list_tasks(&state).await
 }
 
 #[cfg(feature = "ssr")]

@@ -1,0 +1,54 @@
+import { defineConfig, devices } from "@playwright/test";
+import * as os from "node:os";
+import * as path from "node:path";
+
+// scripts/test.sh picks a free port and a fresh data directory; the fallbacks serve a manual
+// `npx playwright test` after scripts/build.sh.
+const port = Number(process.env.E2E_PORT ?? 3107);
+const dataDir = process.env.E2E_DATA_DIR ?? path.join(os.tmpdir(), `turnstile-e2e-${port}`);
+const baseURL = `http://127.0.0.1:${port}`;
+
+const chromium = {
+  // Debian's Chromium: Playwright never downloads a browser here (design/toolchain.md).
+  executablePath: process.env.CHROMIUM_PATH ?? "/usr/bin/chromium",
+  args: [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+  ],
+};
+
+export default defineConfig({
+  testDir: "./tests",
+  timeout: 30_000,
+  expect: { timeout: 10_000 },
+  fullyParallel: false,
+  workers: 1,
+  retries: 0,
+  reporter: [["list"]],
+  use: { baseURL, trace: "retain-on-failure" },
+  projects: [
+    {
+      name: "desktop",
+      testDir: "./tests/desktop",
+      use: { ...devices["Desktop Chrome"], launchOptions: chromium },
+    },
+    {
+      name: "mobile",
+      testDir: "./tests/mobile",
+      use: { ...devices["Pixel 7"], launchOptions: chromium },
+    },
+  ],
+  webServer: {
+    command: `../target/debug/turnstile --addr 127.0.0.1:${port} --data-dir ${dataDir}`,
+    url: `${baseURL}/healthz`,
+    env: { LEPTOS_SITE_ROOT: "../target/site", RUST_LOG: "warn" },
+    reuseExistingServer: false,
+    timeout: 60_000,
+    stdout: "ignore",
+    stderr: "pipe",
+  },
+});

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs every test: Rust unit and integration tests on SQLite and PostgreSQL, then the
+# Playwright end-to-end tests in Debian's Chromium. Needs nothing but this repository.
+#
+# PostgreSQL: uses TEST_POSTGRES_URL when given; otherwise starts a private throw-away cluster
+# and stops it afterwards. Under CI=true a PostgreSQL that cannot be started fails the run;
+# elsewhere the PostgreSQL half is skipped with a visible line.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$ROOT/scripts/postgres.sh"
+
+"$ROOT/scripts/setup.sh" --test
+cd "$ROOT"
+
+trap pg_stop EXIT
+if [ -z "${TEST_POSTGRES_URL:-}" ]; then
+  if pg_start; then
+    log "PostgreSQL test cluster at $TEST_POSTGRES_URL"
+  elif [ "${CI:-}" = "true" ]; then
+    die "PostgreSQL could not be started under CI: $PG_SKIP_REASON"
+  else
+    echo "PostgreSQL tests skipped: $PG_SKIP_REASON"
+    export TEST_POSTGRES_URL=""
+  fi
+fi
+
+log "Rust tests (SQLite and PostgreSQL)"
+cargo test --all-targets
+
+"$ROOT/scripts/build.sh"
+
+log "end-to-end tests (Playwright, Chromium)"
+E2E_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+E2E_DATA_DIR=$(mktemp -d /tmp/turnstile-e2e.XXXXXX)
+export E2E_PORT E2E_DATA_DIR
+(cd end2end && npx playwright test)
+rm -rf "$E2E_DATA_DIR"
