@@ -86,3 +86,74 @@ macro_rules! both {
         )+
     };
 }
+
+/// The real server (router, state, start-up) on a free loopback port, in this process.
+pub struct TestServer {
+    pub base: String,
+    pub state: turnstile::server::state::AppState,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TestServer {
+    pub async fn start(database_url: &str) -> TestServer {
+        use leptos::prelude::LeptosOptions;
+        use turnstile::server::{startup, time::Clock};
+
+        let repo = repo::connect(database_url).await.expect("open database");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let options = LeptosOptions::builder()
+            .output_name("turnstile")
+            .site_root("target/site")
+            .site_pkg_dir("pkg")
+            .site_addr(addr)
+            .build();
+        let state = startup::build_state(repo, options, Clock::System)
+            .await
+            .expect("start-up");
+        let app = startup::router(state.clone());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.expect("serve");
+        });
+        TestServer {
+            base: format!("http://{addr}"),
+            state,
+            task,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Stops serving (the database stays), like a process exit.
+    pub async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+/// Runs one HTTP story against a server on SQLite and one on PostgreSQL: `both_http!(story)`
+/// where `story(database_url: String)`.
+#[macro_export]
+macro_rules! both_http {
+    ($($story:ident),+ $(,)?) => {
+        $(
+            mod $story {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$story($crate::support::sqlite_url()).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    if let Some(url) = $crate::support::postgres_url().await {
+                        super::$story(url).await;
+                    }
+                }
+            }
+        )+
+    };
+}

@@ -1,0 +1,171 @@
+//! The REST contract over real HTTP (spec/api.md): health, tasks, the error body, bad input.
+
+mod support;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::TestServer;
+
+both_http!(
+    healthz_reports_ok_after_start_up,
+    tasks_are_created_listed_and_read,
+    bad_task_input_gets_a_clear_error_and_writes_nothing,
+    p9_epoch_grows_across_restarts,
+);
+
+async fn get_json(client: &reqwest::Client, url: &str) -> (StatusCode, Value) {
+    let r = client.get(url).send().await.unwrap();
+    let status = r.status();
+    (status, r.json().await.unwrap())
+}
+
+fn assert_error(body: &Value, code: &str) {
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+}
+
+async fn healthz_reports_ok_after_start_up(url: String) {
+    let server = TestServer::start(&url).await;
+    let (status, body) = get_json(&reqwest::Client::new(), &server.url("/healthz")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, json!({ "status": "ok" }));
+    server.stop().await;
+}
+
+async fn tasks_are_created_listed_and_read(url: String) {
+    let server = TestServer::start(&url).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(server.url("/api/v1/tasks"))
+        .json(&json!({ "title": "Write the README", "description": "two commands", "unknown": 1 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let task: Value = r.json().await.unwrap();
+    assert_eq!(task["title"], "Write the README");
+    assert_eq!(task["description"], "two commands");
+    assert_eq!(task["session_count"], 0);
+    assert_eq!(task["task_pending_action"], Value::Null);
+    assert_eq!(task["status_summary"], Value::Null);
+    assert_eq!(task["status_summary_invalidated"], false);
+    let (_, workflows) = get_json(&client, &server.url("/api/v1/workflows")).await;
+    let default = &workflows["workflows"][0];
+    assert_eq!(task["workflow_id"], default["id"]);
+    assert_eq!(
+        task["step_id"], default["steps"][0]["id"],
+        "a new task starts on the first step"
+    );
+    assert!(task["created_at"].as_str().unwrap().ends_with('Z'));
+
+    let (status, list) = get_json(&client, &server.url("/api/v1/tasks")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["tasks"].as_array().unwrap().len(), 1);
+    assert_eq!(list["tasks"][0]["id"], task["id"]);
+    assert_eq!(list["epoch"], server.state.epoch.to_string());
+
+    let (status, one) = get_json(
+        &client,
+        &server.url(&format!("/api/v1/tasks/{}", task["id"].as_str().unwrap())),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(one, task);
+
+    let (_, profiles) = get_json(&client, &server.url("/api/v1/agent-profiles")).await;
+    assert!(
+        profiles["agent_profiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "mock")
+    );
+    server.stop().await;
+}
+
+async fn bad_task_input_gets_a_clear_error_and_writes_nothing(url: String) {
+    let server = TestServer::start(&url).await;
+    let client = reqwest::Client::new();
+    let post = |body: reqwest::Body| {
+        client
+            .post(server.url("/api/v1/tasks"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let cases: Vec<(&str, String, StatusCode, &str)> = vec![
+        (
+            "empty title",
+            json!({ "title": "  " }).to_string(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "wrong type",
+            json!({ "title": 5 }).to_string(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "missing title",
+            json!({}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "not json",
+            "{title".to_string(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "unknown step",
+            json!({ "title": "x", "step_id": "nope" }).to_string(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "unknown workflow",
+            json!({ "title": "x", "workflow_id": "nope" }).to_string(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "over 1 MiB",
+            json!({ "title": "x", "description": "d".repeat(1 << 20) }).to_string(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+        ),
+    ];
+    for (name, body, status, code) in cases {
+        let r = post(body.into()).await.unwrap();
+        assert_eq!(r.status(), status, "{name}");
+        assert_error(&r.json().await.unwrap(), code);
+    }
+    let (_, list) = get_json(&client, &server.url("/api/v1/tasks")).await;
+    assert_eq!(list["tasks"], json!([]), "nothing was written");
+
+    let (status, body) = get_json(&client, &server.url("/api/v1/tasks/no-such-task")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_error(&body, "not_found");
+    let (status, body) = get_json(&client, &server.url("/api/v1/no-such-endpoint")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_error(&body, "not_found");
+    server.stop().await;
+}
+
+async fn p9_epoch_grows_across_restarts(url: String) {
+    let first = TestServer::start(&url).await;
+    let e1 = first.state.epoch;
+    first.stop().await;
+    let second = TestServer::start(&url).await;
+    let (_, list) = get_json(&reqwest::Client::new(), &second.url("/api/v1/tasks")).await;
+    let e2: i64 = list["epoch"].as_str().unwrap().parse().unwrap();
+    assert!(e2 > e1, "epoch {e2} after restart must exceed {e1}");
+    second.stop().await;
+}
