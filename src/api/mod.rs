@@ -8,6 +8,8 @@ mod health;
 #[cfg(feature = "ssr")]
 mod rest;
 #[cfg(feature = "ssr")]
+mod sessions;
+#[cfg(feature = "ssr")]
 mod workflows;
 
 #[cfg(feature = "ssr")]
@@ -22,6 +24,7 @@ pub fn rest_routes() -> axum::Router<crate::server::state::AppState> {
     let v1 = axum::Router::new()
         .route("/tasks", get(tasks::rest::list).post(tasks::rest::create))
         .route("/tasks/{id}", get(tasks::rest::get))
+        .route("/tasks/{id}/sessions", get(sessions::list_for_task))
         .route("/workflows", get(workflows::list))
         .route("/agent-profiles", get(workflows::list_agent_profiles))
         .fallback(rest::not_found)

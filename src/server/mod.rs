@@ -2,6 +2,8 @@
 //! services and the agent runtime. Nothing in here is compiled to wasm.
 
 pub mod config;
+pub mod events;
+pub mod hooks;
 pub mod orchestrator;
 pub mod repo;
 pub mod startup;

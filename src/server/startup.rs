@@ -2,19 +2,26 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use axum::Router;
 use leptos::prelude::*;
 use leptos_axum::{LeptosRoutes, generate_route_list};
 
 use crate::app::{App, shell};
+use crate::server::events::InProcessHub;
+use crate::server::hooks::Hooks;
 use crate::server::repo::{NewAgentProfile, NewWorkflow, NewWorkflowStep, RepoResult, Repository};
 use crate::server::state::AppState;
+use crate::server::summary::{projector, reconcile};
 use crate::server::time::Clock;
 
 /// The bundled mock agent profile (spec/api.md); its command is resolved next to the server
 /// binary when launched.
 pub const MOCK_PROFILE: &str = "mock";
+
+/// Events a slow subscriber may fall behind before it must resync (P10).
+pub const HUB_CAPACITY: usize = 1024;
 
 /// The default workflow seeded at first start.
 pub const DEFAULT_STEPS: [&str; 4] = ["Backlog", "In progress", "Review", "Done"];
@@ -58,7 +65,8 @@ pub async fn seed(repo: &dyn Repository, at: i64) -> RepoResult<()> {
     Ok(())
 }
 
-/// Builds the application state: bumps the projection epoch (P9) and seeds.
+/// Builds the application state: bumps the projection epoch (P9), seeds, reconciles every
+/// task summary (P7) and starts the projector (P4). Fails loudly when any of it fails.
 pub async fn build_state(
     repo: Arc<dyn Repository>,
     leptos_options: LeptosOptions,
@@ -66,12 +74,24 @@ pub async fn build_state(
 ) -> RepoResult<AppState> {
     let epoch = repo.bump_epoch().await?;
     seed(repo.as_ref(), clock.now()).await?;
-    Ok(AppState {
+    let state = AppState {
         leptos_options,
         repo,
+        hub: InProcessHub::new(HUB_CAPACITY),
         clock,
         epoch,
-    })
+        pending_sequence: Arc::new(AtomicU64::new(0)),
+        hooks: Arc::new(Hooks::default()),
+    };
+    let failed = reconcile::reconcile_all(&state).await?;
+    if failed > 0 {
+        tracing::warn!(
+            failed,
+            "some task summaries could not be repaired at boot; they read as invalidated"
+        );
+    }
+    projector::spawn(state.clone());
+    Ok(state)
 }
 
 pub fn router(state: AppState) -> Router {

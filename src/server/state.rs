@@ -1,8 +1,12 @@
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::extract::FromRef;
 use leptos::prelude::LeptosOptions;
 
+use crate::model::PendingActionRevision;
+use crate::server::events::EventHub;
+use crate::server::hooks::Hooks;
 use crate::server::repo::Repository;
 use crate::server::time::Clock;
 
@@ -11,7 +15,20 @@ use crate::server::time::Clock;
 pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub repo: Arc<dyn Repository>,
+    pub hub: Arc<dyn EventHub>,
     pub clock: Clock,
     /// P9: this process's projection epoch, bumped once at start.
     pub epoch: i64,
+    pub pending_sequence: Arc<AtomicU64>,
+    pub hooks: Arc<Hooks>,
+}
+
+impl AppState {
+    /// P9: reserves the next revision; call before the authoritative read it labels.
+    pub fn next_pending_revision(&self) -> PendingActionRevision {
+        PendingActionRevision {
+            epoch: self.epoch.to_string(),
+            sequence: self.pending_sequence.fetch_add(1, Ordering::SeqCst) + 1,
+        }
+    }
 }

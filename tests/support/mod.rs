@@ -157,3 +157,38 @@ macro_rules! both_http {
         )+
     };
 }
+
+/// Runs raw SQL against the database behind `url`, outside the repository: used to inject
+/// real failures (a renamed table makes every query that touches it fail) and stale rows.
+pub async fn raw_exec(url: &str, sql: &str) {
+    use sqlx::Connection;
+    let sql = sqlx::AssertSqlSafe(sql.to_string());
+    if url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(url)
+            .await
+            .expect("raw sqlite connection");
+        sqlx::query(sql).execute(&mut conn).await.expect("raw sql");
+    } else {
+        let mut conn = sqlx::PgConnection::connect(url)
+            .await
+            .expect("raw postgres connection");
+        sqlx::query(sql).execute(&mut conn).await.expect("raw sql");
+    }
+}
+
+/// Waits (with a deadline, no fixed sleep) for an event matching `pred` on `rx`.
+pub async fn next_event(
+    rx: &mut tokio::sync::broadcast::Receiver<turnstile::server::events::Event>,
+    pred: impl Fn(&turnstile::server::events::Event) -> bool,
+) -> turnstile::server::events::Event {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match tokio::time::timeout(remaining, rx.recv()).await {
+            Ok(Ok(e)) if pred(&e) => return e,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => panic!("event stream failed: {e}"),
+            Err(_) => panic!("timed out waiting for an event"),
+        }
+    }
+}

@@ -303,6 +303,9 @@ pub trait Repository: Send + Sync + 'static {
         at: Micros,
     ) -> RepoResult<CasOutcome>;
 
+    /// P6: marks the stored summary stale so readers fall back to the authoritative value.
+    async fn invalidate_summary(&self, task_id: &str, at: Micros) -> RepoResult<bool>;
+
     // -- the current-turn authority (L1–L3, L9–L11, L13, L18, L19); SQL in authority.rs --
     async fn current_turn_id(&self, session_id: &str) -> RepoResult<Option<String>>;
     async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<StoredBundle>>;

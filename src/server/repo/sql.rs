@@ -672,6 +672,18 @@ macro_rules! impl_repository {
                 })
             }
 
+            async fn invalidate_summary(&self, task_id: &str, at: Micros) -> RepoResult<bool> {
+                let done = sqlx::query::<$db>(
+                    "UPDATE task_status_summaries SET invalidated = TRUE, updated_at = $2 \
+                     WHERE task_id = $1 AND invalidated = FALSE",
+                )
+                .bind(task_id)
+                .bind(at)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
             async fn current_turn_id(&self, session_id: &str) -> RepoResult<Option<String>> {
                 Ok(sqlx::query_scalar::<$db, Option<String>>(SQL.current_turn_id.as_str())
                     .bind(session_id)

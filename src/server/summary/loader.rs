@@ -1,0 +1,81 @@
+//! The loader (P4): what the summary should say, read from the repository through the
+//! authority's batch query. Never from event payloads or remembered ids.
+
+use std::collections::HashMap;
+
+use crate::model::{PendingAction, PrimarySessionRef, SessionState, SummaryBody};
+use crate::server::repo::{RepoResult, Repository};
+
+/// The fields of a summary that are derived from sessions.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Projection {
+    /// P2 aggregate over input-capable sessions.
+    pub pending_action: Option<PendingAction>,
+    pub primary_session: Option<PrimarySessionRef>,
+    pub activity: Option<String>,
+}
+
+impl Projection {
+    /// The full projector (P4) replaces the session-derived fields and keeps the rest
+    /// (last error, queued prompts).
+    pub fn apply(&self, mut body: SummaryBody) -> SummaryBody {
+        body.pending_action = self.pending_action;
+        body.primary_session = self.primary_session.clone();
+        body.activity = self.activity.clone();
+        body
+    }
+
+    /// Reconciliation (P7) replaces only the pending action.
+    pub fn apply_pending_only(&self, mut body: SummaryBody) -> SummaryBody {
+        body.pending_action = self.pending_action;
+        body
+    }
+}
+
+fn activity(state: SessionState) -> Option<String> {
+    match state {
+        SessionState::Starting | SessionState::Running => Some("generating".into()),
+        SessionState::WaitingForInput | SessionState::Created => Some("idle".into()),
+        _ => None,
+    }
+}
+
+/// Projections for many tasks with two queries (sessions, then the batch authority query).
+pub async fn load_many(
+    repo: &dyn Repository,
+    task_ids: &[String],
+) -> RepoResult<HashMap<String, Projection>> {
+    let sessions = repo.sessions_for_tasks(task_ids).await?;
+    let input_capable: Vec<String> = sessions
+        .iter()
+        .filter(|s| s.state.is_input_capable())
+        .map(|s| s.id.clone())
+        .collect();
+    let pending = repo.pending_actions_for_sessions(&input_capable).await?;
+    let mut out: HashMap<String, Projection> = task_ids
+        .iter()
+        .map(|id| (id.clone(), Projection::default()))
+        .collect();
+    for s in &sessions {
+        let Some(p) = out.get_mut(&s.task_id) else {
+            continue;
+        };
+        let action = pending.get(&s.id).copied().flatten();
+        p.pending_action = PendingAction::aggregate([p.pending_action, action]);
+        if s.is_primary {
+            p.primary_session = Some(PrimarySessionRef {
+                id: s.id.clone(),
+                state: s.state,
+            });
+            p.activity = activity(s.state);
+        }
+    }
+    Ok(out)
+}
+
+pub async fn load(repo: &dyn Repository, task_id: &str) -> RepoResult<Projection> {
+    Ok(load_many(repo, &[task_id.to_string()])
+        .await?
+        .remove(task_id)
+        .unwrap_or_default())
+}

@@ -1,0 +1,144 @@
+//! The projector (P3–P6): after every pending-relevant event it re-runs the loader and
+//! compare-and-sets the task summary, with a bounded reload-and-retry on a competing revision.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::loader::{self, Projection};
+use crate::server::events::Event;
+use crate::server::repo::{CasOutcome, RepoError, StoredSummary};
+use crate::server::state::AppState;
+
+/// P6: attempts per refresh before the summary is marked invalidated.
+pub const MAX_CAS_ATTEMPTS: u32 = 5;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// P4: replace every session-derived field.
+    Full,
+    /// P7: replace only the pending action.
+    PendingOnly,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RefreshError {
+    /// P5: the loader failed; the stored summary is left as it was.
+    #[error("loading the pending state of task {task_id} failed: {source}")]
+    Loader { task_id: String, source: RepoError },
+    #[error("writing the summary of task {task_id} failed: {source}")]
+    Store { task_id: String, source: RepoError },
+    /// P6: every attempt lost the compare-and-set; the summary is now marked invalidated.
+    #[error("summary of task {task_id}: {attempts} compare-and-set attempts lost")]
+    Exhausted { task_id: String, attempts: u32 },
+}
+
+/// Brings the stored summary of `task_id` in line with the repository. `preloaded` saves the
+/// first loader call when the caller already has a fresh projection (batch reads). Publishes
+/// `task.status_summary.updated` after a write; an equal summary is not rewritten.
+pub async fn refresh_task(
+    state: &AppState,
+    task_id: &str,
+    scope: Scope,
+    mut preloaded: Option<Projection>,
+) -> Result<StoredSummary, RefreshError> {
+    let store_err = |source| RefreshError::Store {
+        task_id: task_id.to_string(),
+        source,
+    };
+    for attempt in 1..=MAX_CAS_ATTEMPTS {
+        let stored = state.repo.get_summary(task_id).await.map_err(store_err)?;
+        let projection = match preloaded.take() {
+            Some(p) => p,
+            None => loader::load(state.repo.as_ref(), task_id)
+                .await
+                .map_err(|source| RefreshError::Loader {
+                    task_id: task_id.to_string(),
+                    source,
+                })?,
+        };
+        let body = match (&stored, scope) {
+            (Some(s), Scope::PendingOnly) => projection.apply_pending_only(s.body.clone()),
+            (Some(s), Scope::Full) => projection.apply(s.body.clone()),
+            (None, _) => projection.apply(Default::default()),
+        };
+        state.hooks.before_summary_cas(task_id).await;
+        let now = state.clock.now();
+        match state
+            .repo
+            .cas_summary(task_id, stored.as_ref().map(|s| s.revision), &body, now)
+            .await
+            .map_err(store_err)?
+        {
+            CasOutcome::Written { revision } => {
+                let written = StoredSummary {
+                    task_id: task_id.to_string(),
+                    revision,
+                    body,
+                    invalidated: false,
+                    updated_at: now,
+                };
+                state.hub.publish(summary_event(&written));
+                return Ok(written);
+            }
+            CasOutcome::Unchanged { .. } => {
+                return Ok(stored.expect("unchanged implies a stored summary"));
+            }
+            CasOutcome::Conflict { .. } => {
+                tracing::debug!(task_id, attempt, "summary compare-and-set lost; reloading");
+                tokio::time::sleep(Duration::from_millis(u64::from(attempt))).await;
+            }
+        }
+    }
+    tracing::warn!(
+        task_id,
+        attempts = MAX_CAS_ATTEMPTS,
+        "summary compare-and-set retries exhausted; marking invalidated"
+    );
+    state
+        .repo
+        .invalidate_summary(task_id, state.clock.now())
+        .await
+        .map_err(store_err)?;
+    Err(RefreshError::Exhausted {
+        task_id: task_id.to_string(),
+        attempts: MAX_CAS_ATTEMPTS,
+    })
+}
+
+pub fn summary_event(summary: &StoredSummary) -> Event {
+    Event::new(
+        "task.status_summary.updated",
+        json!({ "task_id": summary.task_id, "status_summary": summary.to_dto() }),
+    )
+    .for_task(summary.task_id.clone())
+}
+
+/// Runs the projector until the hub closes. A lag means events were missed: every task is
+/// reconciled, so nothing stays stale (P10).
+pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+    let mut events = state.hub.subscribe();
+    tokio::spawn(async move {
+        loop {
+            match events.recv().await {
+                Ok(event) if event.refreshes_projection() => {
+                    let Some(task_id) = event.task_id.as_deref() else {
+                        continue;
+                    };
+                    if let Err(e) = refresh_task(&state, task_id, Scope::Full, None).await {
+                        tracing::warn!(error = %e, action = %event.action, "projector refresh failed");
+                    }
+                }
+                Ok(_) => {}
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "projector lagged; reconciling every task");
+                    if let Err(e) = super::reconcile::reconcile_all(&state).await {
+                        tracing::warn!(error = %e, "reconciliation after lag failed");
+                    }
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    })
+}

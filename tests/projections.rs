@@ -1,0 +1,632 @@
+//! Projections and summaries (P1–P9, I2, I9) on both databases: the projector reacting to hub
+//! events, reconciliation at boot and on reads, the session list and its revisions.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::{TestServer, next_event, raw_exec};
+use turnstile::model::{
+    BundleStatus, MessageAuthor, MessageKind, PendingAction, SessionState, SummaryBody,
+};
+use turnstile::server::events::Event;
+use turnstile::server::repo::*;
+use turnstile::server::state::AppState;
+use turnstile::server::summary::projector::{MAX_CAS_ATTEMPTS, RefreshError, Scope, refresh_task};
+
+both_http!(
+    p4_newer_ordinary_message_clears_an_older_turn_question,
+    i9_skipped_newer_question_stays_cleared_across_turns_and_restart,
+    p2_permission_outranks_clarification,
+    p5_loader_failure_keeps_the_question,
+    p6_competing_revision_is_rebased_without_losing_fields,
+    p6_exhausted_retries_invalidate_and_reads_fall_back,
+    p7_boot_and_reads_repair_a_stale_summary,
+    p8_session_list_fails_closed,
+    p1_p9_session_list_carries_pending_actions_and_revisions,
+);
+
+/// A task with one primary running session, driven through the repository plus the hub
+/// events services publish after commit.
+struct Story {
+    state: AppState,
+    task: String,
+    session: String,
+}
+
+impl Story {
+    async fn new(state: &AppState) -> Story {
+        let now = state.clock.now();
+        let task = state
+            .repo
+            .create_task(
+                &NewTask {
+                    title: "p".into(),
+                    ..Default::default()
+                },
+                now,
+            )
+            .await
+            .unwrap()
+            .id;
+        let session = Self::add_session(state, &task, true).await;
+        Story {
+            state: state.clone(),
+            task,
+            session,
+        }
+    }
+
+    async fn add_session(state: &AppState, task: &str, primary: bool) -> String {
+        let s = state
+            .repo
+            .create_session(
+                &NewSession {
+                    task_id: task.into(),
+                    agent_profile_id: None,
+                    name: "agent".into(),
+                    state: SessionState::Running,
+                    is_primary: primary,
+                    mcp_token_hash: None,
+                },
+                state.clock.now(),
+            )
+            .await
+            .unwrap();
+        s.id
+    }
+
+    fn publish(&self, action: &str, session: &str) {
+        self.state.hub.publish(
+            Event::new(action, json!({}))
+                .for_task(self.task.clone())
+                .for_session(session),
+        );
+    }
+
+    async fn turn(&self, session: &str) -> String {
+        let now = self.state.clock.now();
+        let t = self
+            .state
+            .repo
+            .insert_turn(&NewTurn {
+                id: None,
+                session_id: session.into(),
+                started_at: now,
+                created_at: now,
+            })
+            .await
+            .unwrap();
+        self.publish("session.turn.started", session);
+        t.id
+    }
+
+    async fn message(&self, session: &str, turn: &str) {
+        self.state
+            .repo
+            .insert_message(
+                &NewMessage {
+                    session_id: session.into(),
+                    turn_id: turn.into(),
+                    author: MessageAuthor::Agent,
+                    kind: MessageKind::Text,
+                    content: "ok".into(),
+                    pending_id: None,
+                },
+                self.state.clock.now(),
+            )
+            .await
+            .unwrap();
+        self.publish("session.message.added", session);
+    }
+
+    async fn ask(&self, session: &str, turn: &str) -> String {
+        let (b, _) = self
+            .state
+            .repo
+            .insert_bundle(
+                &NewBundle {
+                    pending_id: None,
+                    session_id: session.into(),
+                    turn_id: turn.into(),
+                    context: None,
+                    dedup_key: uuid::Uuid::now_v7().to_string(),
+                    questions: vec![],
+                    message_content: "?".into(),
+                },
+                self.state.clock.now(),
+            )
+            .await
+            .unwrap();
+        self.publish("clarification.requested", session);
+        b.pending_id
+    }
+
+    async fn summary(&self) -> Option<StoredSummary> {
+        self.state.repo.get_summary(&self.task).await.unwrap()
+    }
+}
+
+/// A task without sessions whose projection event is published now: once its summary event
+/// arrives, the projector has handled every event published before it.
+async fn marker_task(state: &AppState) -> String {
+    let id = state
+        .repo
+        .create_task(
+            &NewTask {
+                title: "marker".into(),
+                ..Default::default()
+            },
+            state.clock.now(),
+        )
+        .await
+        .unwrap()
+        .id;
+    state
+        .hub
+        .publish(Event::new("session.created", json!({})).for_task(id.clone()));
+    id
+}
+
+fn summary_of<'a>(task: &'a str) -> impl Fn(&Event) -> bool + 'a {
+    move |e| e.action == "task.status_summary.updated" && e.payload["task_id"] == task
+}
+
+fn pending_in(e: &Event) -> Value {
+    e.payload["status_summary"]["pending_action"].clone()
+}
+
+/// Waits until the projector published a summary for the task with this pending action.
+async fn await_pending(rx: &mut tokio::sync::broadcast::Receiver<Event>, task: &str, want: Value) {
+    next_event(rx, |e| summary_of(task)(e) && pending_in(e) == want).await;
+}
+
+async fn p4_newer_ordinary_message_clears_an_older_turn_question(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let t1 = s.turn(&s.session).await;
+    s.ask(&s.session, &t1).await;
+    await_pending(&mut rx, &s.task, json!("clarification")).await;
+    let t2 = s.turn(&s.session).await;
+    s.message(&s.session, &t2).await;
+    await_pending(&mut rx, &s.task, Value::Null).await;
+    let stored = s.summary().await.unwrap();
+    assert_eq!(stored.body.pending_action, None);
+    assert_eq!(
+        stored.body.primary_session.as_ref().map(|p| p.id.as_str()),
+        Some(s.session.as_str())
+    );
+    server.stop().await;
+}
+
+async fn i9_skipped_newer_question_stays_cleared_across_turns_and_restart(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let t1 = s.turn(&s.session).await;
+    s.ask(&s.session, &t1).await;
+    let t2 = s.turn(&s.session).await;
+    let newer = s.ask(&s.session, &t2).await;
+    await_pending(&mut rx, &s.task, json!("clarification")).await;
+    let claim = Claim {
+        status: BundleStatus::Rejected,
+        response: "{}".into(),
+        reject_reason: None,
+    };
+    assert!(matches!(
+        s.state
+            .repo
+            .claim_bundle(&newer, &claim, s.state.clock.now())
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    s.publish("clarification.rejected", &s.session);
+    await_pending(&mut rx, &s.task, Value::Null).await;
+    // Further turns and completions never bring the older question back.
+    for _ in 0..3 {
+        let t = s.turn(&s.session).await;
+        s.message(&s.session, &t).await;
+        s.state
+            .repo
+            .complete_turn(&t, s.state.clock.now())
+            .await
+            .unwrap();
+        s.publish("session.turn.completed", &s.session);
+    }
+    // The projector handles events in order: once a later marker task is projected, every
+    // event above was handled.
+    let marker = marker_task(&server.state).await;
+    next_event(&mut rx, summary_of(&marker)).await;
+    assert_eq!(s.summary().await.unwrap().body.pending_action, None);
+    server.stop().await;
+
+    let restarted = TestServer::start(&url).await;
+    let client = reqwest::Client::new();
+    let task: Value = client
+        .get(restarted.url(&format!("/api/v1/tasks/{}", s.task)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(task["task_pending_action"], Value::Null);
+    assert_eq!(task["status_summary"]["pending_action"], Value::Null);
+    restarted.stop().await;
+}
+
+async fn p2_permission_outranks_clarification(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let other = Story::add_session(&server.state, &s.task, false).await;
+    let t1 = s.turn(&s.session).await;
+    s.ask(&s.session, &t1).await;
+    await_pending(&mut rx, &s.task, json!("clarification")).await;
+    let t2 = s.turn(&other).await;
+    let perm = server
+        .state
+        .repo
+        .insert_permission_request(
+            &NewPermissionRequest {
+                session_id: other.clone(),
+                turn_id: t2,
+                tool_call: "{}".into(),
+                options: "[]".into(),
+            },
+            server.state.clock.now(),
+        )
+        .await
+        .unwrap();
+    s.publish("permission.requested", &other);
+    await_pending(&mut rx, &s.task, json!("permission")).await;
+    server
+        .state
+        .repo
+        .resolve_permission_request(
+            &perm.id,
+            "selected",
+            Some("allow"),
+            server.state.clock.now(),
+        )
+        .await
+        .unwrap();
+    s.publish("permission.resolved", &other);
+    await_pending(&mut rx, &s.task, json!("clarification")).await;
+    server.stop().await;
+}
+
+async fn p5_loader_failure_keeps_the_question(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let t1 = s.turn(&s.session).await;
+    let p = s.ask(&s.session, &t1).await;
+    await_pending(&mut rx, &s.task, json!("clarification")).await;
+    let before = s.summary().await.unwrap();
+    // Break the loader for real: the pending query reads permission_requests.
+    raw_exec(
+        &url,
+        "ALTER TABLE permission_requests RENAME TO permission_requests_away",
+    )
+    .await;
+    let claim = Claim {
+        status: BundleStatus::Answered,
+        response: "{}".into(),
+        reject_reason: None,
+    };
+    s.state
+        .repo
+        .claim_bundle(&p, &claim, s.state.clock.now())
+        .await
+        .unwrap();
+    s.publish("clarification.answered", &s.session);
+    let err = refresh_task(&s.state, &s.task, Scope::Full, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RefreshError::Loader { .. }), "{err}");
+    // The projector processed the event too: it handles events in order, and a marker task
+    // published after it (no sessions, so its loader does not read the broken table) was
+    // projected.
+    let marker = marker_task(&server.state).await;
+    next_event(&mut rx, summary_of(&marker)).await;
+    assert_eq!(
+        s.summary().await.unwrap(),
+        before,
+        "P5: never optimistically cleared"
+    );
+    raw_exec(
+        &url,
+        "ALTER TABLE permission_requests_away RENAME TO permission_requests",
+    )
+    .await;
+    s.publish("clarification.answered", &s.session);
+    await_pending(&mut rx, &s.task, Value::Null).await;
+    server.stop().await;
+}
+
+async fn p6_competing_revision_is_rebased_without_losing_fields(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let t1 = s.turn(&s.session).await;
+    s.ask(&s.session, &t1).await;
+    // Let the background projector go idle first, so only our refresh meets the hook.
+    let marker = marker_task(&server.state).await;
+    next_event(&mut rx, summary_of(&marker)).await;
+    let base = refresh_task(&s.state, &s.task, Scope::Full, None)
+        .await
+        .unwrap();
+    // A competing writer lands between the projector's read and its compare-and-set, once.
+    let repo = s.state.repo.clone();
+    let fired = Arc::new(AtomicU32::new(0));
+    let f = fired.clone();
+    s.state.hooks.set_before_summary_cas(move |task_id| {
+        let repo = repo.clone();
+        let f = f.clone();
+        async move {
+            if f.fetch_add(1, Ordering::SeqCst) == 0 {
+                let cur = repo.get_summary(&task_id).await.unwrap().unwrap();
+                let body = SummaryBody {
+                    queued_prompt_count: 3,
+                    pending_action: None,
+                    ..cur.body.clone()
+                };
+                assert!(matches!(
+                    repo.cas_summary(&task_id, Some(cur.revision), &body, 1)
+                        .await
+                        .unwrap(),
+                    CasOutcome::Written { .. }
+                ));
+            }
+        }
+    });
+    let got = refresh_task(&s.state, &s.task, Scope::Full, None)
+        .await
+        .unwrap();
+    s.state.hooks.clear();
+    assert_eq!(
+        fired.load(Ordering::SeqCst),
+        2,
+        "one lost attempt, one winning retry"
+    );
+    assert_eq!(got.revision, base.revision + 2);
+    assert_eq!(
+        got.body.pending_action,
+        Some(PendingAction::Clarification),
+        "reloaded and reapplied"
+    );
+    assert_eq!(
+        got.body.queued_prompt_count, 3,
+        "the competitor's field survives"
+    );
+    assert_eq!(s.summary().await.unwrap(), got);
+    server.stop().await;
+}
+
+async fn p6_exhausted_retries_invalidate_and_reads_fall_back(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let t1 = s.turn(&s.session).await;
+    s.ask(&s.session, &t1).await;
+    // Let the background projector go idle first, so only our refresh meets the hook.
+    let marker = marker_task(&server.state).await;
+    next_event(&mut rx, summary_of(&marker)).await;
+    refresh_task(&s.state, &s.task, Scope::Full, None)
+        .await
+        .unwrap();
+    // Every attempt loses: a competitor always bumps the revision first.
+    let repo = s.state.repo.clone();
+    s.state.hooks.set_before_summary_cas(move |task_id| {
+        let repo = repo.clone();
+        async move {
+            let cur = repo.get_summary(&task_id).await.unwrap().unwrap();
+            let body = SummaryBody {
+                pending_action: None,
+                queued_prompt_count: cur.body.queued_prompt_count + 1,
+                ..cur.body
+            };
+            repo.cas_summary(&task_id, Some(cur.revision), &body, 1)
+                .await
+                .unwrap();
+        }
+    });
+    let err = refresh_task(&s.state, &s.task, Scope::Full, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RefreshError::Exhausted {
+                attempts: MAX_CAS_ATTEMPTS,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(s.summary().await.unwrap().invalidated);
+    // A read whose repair fails returns no summary, the flag, and the authoritative action.
+    let client = reqwest::Client::new();
+    let list: Value = client
+        .get(server.url("/api/v1/tasks"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let task = list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == s.task.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(task["status_summary"], Value::Null);
+    assert_eq!(task["status_summary_invalidated"], true);
+    assert_eq!(task["task_pending_action"], "clarification");
+    s.state.hooks.clear();
+    let task: Value = client
+        .get(server.url(&format!("/api/v1/tasks/{}", s.task)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        task["status_summary_invalidated"], false,
+        "the next read repairs it"
+    );
+    assert_eq!(task["status_summary"]["pending_action"], "clarification");
+    server.stop().await;
+}
+
+async fn p7_boot_and_reads_repair_a_stale_summary(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut rx0 = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let t1 = s.turn(&s.session).await;
+    s.message(&s.session, &t1).await;
+    let marker = marker_task(&server.state).await;
+    next_event(&mut rx0, summary_of(&marker)).await;
+    let stale = SummaryBody {
+        pending_action: Some(PendingAction::Clarification),
+        queued_prompt_count: 2,
+        ..Default::default()
+    };
+    let rev = match s.state.repo.get_summary(&s.task).await.unwrap() {
+        Some(cur) => match s
+            .state
+            .repo
+            .cas_summary(&s.task, Some(cur.revision), &stale, 5)
+            .await
+            .unwrap()
+        {
+            CasOutcome::Written { revision } => revision,
+            other => panic!("{other:?}"),
+        },
+        None => match s
+            .state
+            .repo
+            .cas_summary(&s.task, None, &stale, 5)
+            .await
+            .unwrap()
+        {
+            CasOutcome::Written { revision } => revision,
+            other => panic!("{other:?}"),
+        },
+    };
+    server.stop().await;
+
+    // Boot repairs it: only the pending action changes, the revision is bumped.
+    let booted = TestServer::start(&url).await;
+    let repaired = booted
+        .state
+        .repo
+        .get_summary(&s.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(repaired.body.pending_action, None);
+    assert_eq!(
+        repaired.body.queued_prompt_count, 2,
+        "unrelated fields preserved"
+    );
+    assert_eq!(repaired.revision, rev + 1);
+
+    // A task-list read repairs a summary that went stale while running, and publishes it.
+    let mut rx = booted.state.hub.subscribe();
+    booted
+        .state
+        .repo
+        .cas_summary(&s.task, Some(repaired.revision), &stale, 6)
+        .await
+        .unwrap();
+    let list: Value = reqwest::get(booted.url("/api/v1/tasks"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let task = list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == s.task.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(task["status_summary"]["pending_action"], Value::Null);
+    assert_eq!(task["status_summary"]["revision"], repaired.revision + 2);
+    let e = next_event(&mut rx, summary_of(&s.task)).await;
+    assert_eq!(pending_in(&e), Value::Null);
+    assert_eq!(e.payload["status_summary"]["queued_prompt_count"], 2);
+    booted.stop().await;
+}
+
+async fn p8_session_list_fails_closed(url: String) {
+    let server = TestServer::start(&url).await;
+    let s = Story::new(&server.state).await;
+    let url_sessions = server.url(&format!("/api/v1/tasks/{}/sessions", s.task));
+    assert_eq!(
+        reqwest::get(&url_sessions).await.unwrap().status(),
+        StatusCode::OK
+    );
+    raw_exec(
+        &url,
+        "ALTER TABLE clarification_bundles RENAME TO clarification_bundles_away",
+    )
+    .await;
+    let r = reqwest::get(&url_sessions).await.unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "internal");
+    raw_exec(
+        &url,
+        "ALTER TABLE clarification_bundles_away RENAME TO clarification_bundles",
+    )
+    .await;
+    assert_eq!(
+        reqwest::get(&url_sessions).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let r = reqwest::get(server.url("/api/v1/tasks/no-such-task/sessions"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    server.stop().await;
+}
+
+async fn p1_p9_session_list_carries_pending_actions_and_revisions(url: String) {
+    let server = TestServer::start(&url).await;
+    let s = Story::new(&server.state).await;
+    let newer = Story::add_session(&server.state, &s.task, false).await;
+    let t = s.turn(&newer).await;
+    s.ask(&newer, &t).await;
+    let get = || async {
+        let v: Value = reqwest::get(server.url(&format!("/api/v1/tasks/{}/sessions", s.task)))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["sessions"].as_array().unwrap().clone()
+    };
+    let first = get().await;
+    assert_eq!(first.len(), 2);
+    assert_eq!(first[0]["id"], newer.as_str(), "newest first");
+    assert_eq!(first[0]["pending_action"], "clarification");
+    assert_eq!(first[1]["pending_action"], Value::Null);
+    assert_eq!(first[1]["is_primary"], true);
+    let rev = &first[0]["pending_action_revision"];
+    assert_eq!(rev["epoch"], server.state.epoch.to_string());
+    let second = get().await;
+    assert!(second[0]["pending_action_revision"]["sequence"].as_u64() > rev["sequence"].as_u64());
+    server.stop().await;
+}
