@@ -11,11 +11,13 @@ mod rest;
 mod sessions;
 #[cfg(feature = "ssr")]
 mod workflows;
+#[cfg(feature = "ssr")]
+mod ws;
 
 #[cfg(feature = "ssr")]
 pub use rest::{ApiError, ApiJson};
 
-/// The REST API (`/api/v1`) and `/healthz`.
+/// The REST API (`/api/v1`), the WebSocket (`/ws`) and `/healthz`.
 #[cfg(feature = "ssr")]
 pub fn rest_routes() -> axum::Router<crate::server::state::AppState> {
     use axum::extract::DefaultBodyLimit;
@@ -31,5 +33,6 @@ pub fn rest_routes() -> axum::Router<crate::server::state::AppState> {
         .layer(DefaultBodyLimit::max(rest::MAX_BODY_BYTES));
     axum::Router::new()
         .route("/healthz", get(health::healthz))
+        .route("/ws", get(ws::upgrade))
         .nest("/api/v1", v1)
 }

@@ -1,0 +1,258 @@
+//! `/ws` over a real socket (spec/api.md WebSocket, P10): envelope, subscriptions, summary
+//! push, resync on connect, after a restart and on lag.
+
+mod support;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use support::{TestServer, sqlite_url};
+use tokio_tungstenite::tungstenite::Message;
+use turnstile::model::{BundleStatus, SessionState};
+use turnstile::server::events::Event;
+use turnstile::server::repo::*;
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn connect(server: &TestServer) -> Socket {
+    let url = server.url("/ws").replacen("http://", "ws://", 1);
+    let (socket, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("websocket connect");
+    socket
+}
+
+/// Next JSON frame matching `pred`, with a deadline.
+async fn next_frame(socket: &mut Socket, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let frame = tokio::time::timeout(remaining, socket.next())
+            .await
+            .expect("timed out waiting for a frame");
+        if let Some(Ok(Message::Text(text))) = frame {
+            let v: Value = serde_json::from_str(text.as_str()).expect("json frame");
+            if pred(&v) {
+                return v;
+            }
+        } else if frame.is_none() {
+            panic!("socket closed");
+        }
+    }
+}
+
+async fn send(socket: &mut Socket, v: Value) {
+    socket
+        .send(Message::Text(v.to_string().into()))
+        .await
+        .unwrap();
+}
+
+fn action(a: &'static str) -> impl Fn(&Value) -> bool {
+    move |v| v["action"] == a
+}
+
+both_http!(
+    p10_connect_gets_resync_and_requests_get_responses,
+    summary_updates_reach_every_client_and_messages_only_subscribers
+);
+
+async fn p10_connect_gets_resync_and_requests_get_responses(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut ws = connect(&server).await;
+    let hello = next_frame(&mut ws, |_| true).await;
+    assert_eq!(hello["type"], "notification");
+    assert_eq!(hello["action"], "resync");
+    assert_eq!(hello["payload"]["reason"], "connected");
+    assert_eq!(hello["payload"]["epoch"], server.state.epoch.to_string());
+    assert!(hello["ts"].as_str().is_some_and(|t| t.ends_with('Z')));
+
+    send(
+        &mut ws,
+        json!({ "type": "request", "id": 7, "action": "ping", "payload": {} }),
+    )
+    .await;
+    let pong = next_frame(&mut ws, |v| v["id"] == 7).await;
+    assert_eq!(
+        (pong["type"].as_str(), pong["action"].as_str()),
+        (Some("response"), Some("ping"))
+    );
+
+    // Bad requests get a clear error and change nothing.
+    send(
+        &mut ws,
+        json!({ "type": "request", "id": 8, "action": "subscribe.session", "payload": {} }),
+    )
+    .await;
+    let err = next_frame(&mut ws, |v| v["id"] == 8).await;
+    assert_eq!(err["type"], "error");
+    assert_eq!(err["payload"]["code"], "bad_request");
+    send(
+        &mut ws,
+        json!({ "type": "request", "id": 9, "action": "fly", "payload": {} }),
+    )
+    .await;
+    assert_eq!(next_frame(&mut ws, |v| v["id"] == 9).await["type"], "error");
+    ws.send(Message::Text("{not json".into())).await.unwrap();
+    assert_eq!(
+        next_frame(&mut ws, |v| v["type"] == "error").await["payload"]["code"],
+        "bad_request"
+    );
+
+    // After a restart, the next connection gets a resync with a newer epoch.
+    let epoch = server.state.epoch;
+    drop(ws);
+    server.stop().await;
+    let restarted = TestServer::start(&url).await;
+    let mut ws = connect(&restarted).await;
+    let hello = next_frame(&mut ws, action("resync")).await;
+    let new_epoch: i64 = hello["payload"]["epoch"].as_str().unwrap().parse().unwrap();
+    assert!(new_epoch > epoch);
+    restarted.stop().await;
+}
+
+async fn summary_updates_reach_every_client_and_messages_only_subscribers(url: String) {
+    let server = TestServer::start(&url).await;
+    let state = &server.state;
+    let now = state.clock.now();
+    let task = state
+        .repo
+        .create_task(
+            &NewTask {
+                title: "ws".into(),
+                ..Default::default()
+            },
+            now,
+        )
+        .await
+        .unwrap()
+        .id;
+    let session = state
+        .repo
+        .create_session(
+            &NewSession {
+                task_id: task.clone(),
+                agent_profile_id: None,
+                name: "a".into(),
+                state: SessionState::Running,
+                is_primary: true,
+                mcp_token_hash: None,
+            },
+            now,
+        )
+        .await
+        .unwrap()
+        .id;
+    let mut subscribed = connect(&server).await;
+    let mut other = connect(&server).await;
+    next_frame(&mut subscribed, action("resync")).await;
+    next_frame(&mut other, action("resync")).await;
+    send(&mut subscribed, json!({ "type": "request", "id": 1, "action": "subscribe.session", "payload": { "session_id": session } })).await;
+    next_frame(&mut subscribed, |v| v["id"] == 1).await;
+
+    // The agent asks (durable write, then the events a service publishes after commit).
+    let turn = state
+        .repo
+        .insert_turn(&NewTurn {
+            id: None,
+            session_id: session.clone(),
+            started_at: now,
+            created_at: now,
+        })
+        .await
+        .unwrap()
+        .id;
+    let (bundle, message) = state
+        .repo
+        .insert_bundle(
+            &NewBundle {
+                pending_id: None,
+                session_id: session.clone(),
+                turn_id: turn,
+                context: None,
+                dedup_key: "k".into(),
+                questions: vec![],
+                message_content: "?".into(),
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    state.hub.publish(
+        Event::new(
+            "session.message.added",
+            json!({ "message": message.to_dto() }),
+        )
+        .for_task(task.clone())
+        .for_session(session.clone()),
+    );
+    let is_clarification = |v: &Value| {
+        v["action"] == "task.status_summary.updated"
+            && v["payload"]["status_summary"]["pending_action"] == "clarification"
+    };
+    for ws in [&mut subscribed, &mut other] {
+        let e = next_frame(ws, is_clarification).await;
+        assert_eq!(e["payload"]["task_id"], task.as_str());
+    }
+    // The answer clears it for everyone.
+    let claim = Claim {
+        status: BundleStatus::Answered,
+        response: "{}".into(),
+        reject_reason: None,
+    };
+    state
+        .repo
+        .claim_bundle(&bundle.pending_id, &claim, now)
+        .await
+        .unwrap();
+    state.hub.publish(
+        Event::new("clarification.answered", json!({}))
+            .for_task(task.clone())
+            .for_session(session.clone()),
+    );
+    let is_cleared = |v: &Value| {
+        v["action"] == "task.status_summary.updated"
+            && v["payload"]["status_summary"]["pending_action"].is_null()
+    };
+    next_frame(&mut subscribed, is_cleared).await;
+    next_frame(&mut other, is_cleared).await;
+    // Session-scoped messages went only to the subscriber: publish a marker workspace event
+    // and check the unsubscribed client saw no message frame before it.
+    state
+        .hub
+        .publish(Event::new("task.updated", json!({ "marker": true })));
+    let got = next_frame(&mut subscribed, |v| {
+        v["action"] == "session.message.added" || v["payload"]["marker"] == true
+    })
+    .await;
+    assert!(got["action"] == "session.message.added" || got["payload"]["marker"] == true);
+    let first = next_frame(&mut other, |v| {
+        v["action"] == "session.message.added" || v["payload"]["marker"] == true
+    })
+    .await;
+    assert_eq!(
+        first["payload"]["marker"], true,
+        "unsubscribed clients get no session messages"
+    );
+    server.stop().await;
+}
+
+/// P10: a client that falls behind the hub gets `resync`. Single-threaded runtime: the socket
+/// task cannot run while the events are published, so the lag is certain, not hoped for.
+#[tokio::test(flavor = "current_thread")]
+async fn p10_lagging_client_gets_resync() {
+    let server = TestServer::start(&sqlite_url()).await;
+    let mut ws = connect(&server).await;
+    next_frame(&mut ws, action("resync")).await;
+    let capacity = turnstile::server::startup::HUB_CAPACITY;
+    for i in 0..capacity * 2 {
+        server
+            .state
+            .hub
+            .publish(Event::new("task.updated", json!({ "i": i })));
+    }
+    let resync = next_frame(&mut ws, action("resync")).await;
+    assert_eq!(resync["payload"]["reason"], "lagged");
+    assert!(resync["payload"]["missed"].as_u64().unwrap() >= capacity as u64);
+    server.stop().await;
+}
