@@ -43,3 +43,44 @@ impl PendingActionRevision {
         self.key() > other.key()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rev(epoch: &str, sequence: u64) -> PendingActionRevision {
+        PendingActionRevision {
+            epoch: epoch.into(),
+            sequence,
+        }
+    }
+
+    #[test]
+    fn p9_epoch_compares_numerically_then_sequence() {
+        assert!(
+            rev("10", 1).is_newer_than(&rev("9", 500)),
+            "\"10\" > \"9\" numerically"
+        );
+        assert!(rev("3", 2).is_newer_than(&rev("3", 1)));
+        assert!(
+            !rev("3", 1).is_newer_than(&rev("3", 1)),
+            "equal is not newer"
+        );
+        assert!(!rev("2", 9).is_newer_than(&rev("3", 0)));
+    }
+
+    #[test]
+    fn p2_permission_outranks_clarification() {
+        use PendingAction::*;
+        assert_eq!(
+            PendingAction::aggregate([None, Some(Clarification), Some(Permission)]),
+            Some(Permission)
+        );
+        assert_eq!(
+            PendingAction::aggregate([Some(Clarification), None]),
+            Some(Clarification)
+        );
+        assert_eq!(PendingAction::aggregate([None, None]), None);
+        assert_eq!(PendingAction::aggregate([]), None);
+    }
+}
