@@ -1,6 +1,8 @@
 //! Everything that only exists on the server (`ssr`): configuration, state, the repository,
 //! services and the agent runtime. Nothing in here is compiled to wasm.
 
+pub mod agents;
+pub mod clarification;
 pub mod config;
 pub mod events;
 pub mod hooks;
