@@ -44,7 +44,14 @@ async fn main() -> std::process::ExitCode {
         .site_pkg_dir("pkg")
         .site_addr(config.addr)
         .build();
-    let state = match startup::build_state(repo, options, Clock::System).await {
+    let runtime = match config.runtime() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot prepare the agent runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let state = match startup::build_state(repo, options, Clock::System, runtime).await {
         Ok(state) => state,
         Err(e) => {
             eprintln!("error: start-up failed: {e}");
@@ -58,7 +65,7 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    tracing::info!(addr = %config.addr, database = %url.split('?').next().unwrap_or(""), epoch = state.epoch, "turnstile listening");
+    tracing::info!(addr = %config.addr, backend = ?state.repo.backend(), epoch = state.epoch, "turnstile listening");
     let app = startup::router(state);
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown())

@@ -4,7 +4,11 @@
 pub mod tasks;
 
 #[cfg(feature = "ssr")]
+mod clarifications;
+#[cfg(feature = "ssr")]
 mod health;
+#[cfg(feature = "ssr")]
+mod mcp;
 #[cfg(feature = "ssr")]
 mod rest;
 #[cfg(feature = "ssr")]
@@ -19,20 +23,44 @@ pub use rest::{ApiError, ApiJson};
 
 /// The REST API (`/api/v1`), the WebSocket (`/ws`) and `/healthz`.
 #[cfg(feature = "ssr")]
-pub fn rest_routes() -> axum::Router<crate::server::state::AppState> {
+pub fn rest_routes(
+    state: &crate::server::state::AppState,
+) -> axum::Router<crate::server::state::AppState> {
     use axum::extract::DefaultBodyLimit;
-    use axum::routing::get;
+    use axum::routing::{delete, get, post};
 
     let v1 = axum::Router::new()
         .route("/tasks", get(tasks::rest::list).post(tasks::rest::create))
         .route("/tasks/{id}", get(tasks::rest::get))
-        .route("/tasks/{id}/sessions", get(sessions::list_for_task))
-        .route("/workflows", get(workflows::list))
-        .route("/agent-profiles", get(workflows::list_agent_profiles))
+        .route(
+            "/tasks/{id}/sessions",
+            get(sessions::list_for_task).post(sessions::create),
+        )
+        .route("/sessions/{id}/primary", post(sessions::make_primary))
+        .route("/sessions/{id}/prompt", post(sessions::prompt))
+        .route("/sessions/{id}/cancel", post(sessions::cancel))
+        .route("/sessions/{id}/messages", get(sessions::messages))
+        .route("/sessions/{id}/turns", get(sessions::turns))
+        .route("/messages/{id}", delete(sessions::delete_message))
+        .route("/clarifications/{id}", get(clarifications::get))
+        .route(
+            "/clarifications/{id}/respond",
+            post(clarifications::respond),
+        )
+        .route(
+            "/permissions/{id}/respond",
+            post(clarifications::respond_permission),
+        )
+        .route("/workflows", get(workflows::list).post(workflows::create))
+        .route(
+            "/agent-profiles",
+            get(workflows::list_agent_profiles).post(workflows::create_agent_profile),
+        )
         .fallback(rest::not_found)
         .layer(DefaultBodyLimit::max(rest::MAX_BODY_BYTES));
     axum::Router::new()
         .route("/healthz", get(health::healthz))
         .route("/ws", get(ws::upgrade))
         .nest("/api/v1", v1)
+        .merge(mcp::routes(state))
 }

@@ -1,8 +1,14 @@
+//! Sessions, prompts, transcripts and turns.
+
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::ApiError;
+use super::{ApiError, ApiJson};
+use crate::model::{AppError, Session};
+use crate::server::orchestrator::sessions;
 use crate::server::state::AppState;
 use crate::server::summary::sessions_view;
 
@@ -13,4 +19,124 @@ pub async fn list_for_task(
 ) -> Result<Json<Value>, ApiError> {
     let sessions = sessions_view::list_sessions(&state, &task_id).await?;
     Ok(Json(json!({ "sessions": sessions })))
+}
+
+#[derive(Deserialize)]
+pub struct CreateSessionBody {
+    #[serde(default)]
+    agent_profile_id: Option<String>,
+    prompt: String,
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    Path(task_id): Path<String>,
+    ApiJson(body): ApiJson<CreateSessionBody>,
+) -> Result<Json<Session>, ApiError> {
+    let s = sessions::create_session(&state, &task_id, body.agent_profile_id, body.prompt, false)
+        .await?;
+    Ok(Json(session_dto(&state, &s.id).await?))
+}
+
+async fn session_dto(state: &AppState, id: &str) -> Result<Session, AppError> {
+    let s = state
+        .repo
+        .get_session(id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("session {id}")))?;
+    let revision = state.next_pending_revision();
+    let pending = state
+        .repo
+        .pending_actions_for_sessions(std::slice::from_ref(&s.id))
+        .await?;
+    Ok(s.to_dto(pending.get(&s.id).copied().flatten(), Some(revision)))
+}
+
+pub async fn make_primary(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Session>, ApiError> {
+    if !state.repo.set_primary_session(&id).await? {
+        return Err(AppError::NotFound(format!("session {id}")).into());
+    }
+    let s = session_dto(&state, &id).await?;
+    crate::server::orchestrator::publish::task_updated(&state, &s.task_id);
+    Ok(Json(s))
+}
+
+#[derive(Deserialize)]
+pub struct PromptBody {
+    content: String,
+}
+
+pub async fn prompt(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<PromptBody>,
+) -> Result<Json<Value>, ApiError> {
+    let accepted = sessions::send_prompt(&state, &id, body.content).await?;
+    Ok(Json(json!(accepted)))
+}
+
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    sessions::cancel(&state, &id).await?;
+    Ok(Json(json!({ "cancelled": true })))
+}
+
+#[derive(Deserialize)]
+pub struct MessagesQuery {
+    after: Option<String>,
+    limit: Option<i64>,
+}
+
+pub async fn messages(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<MessagesQuery>,
+) -> Result<Json<Value>, ApiError> {
+    if state.repo.get_session(&id).await?.is_none() {
+        return Err(AppError::NotFound(format!("session {id}")).into());
+    }
+    let limit = q.limit.unwrap_or(500);
+    if !(1..=1000).contains(&limit) {
+        return Err(AppError::BadRequest("limit must be between 1 and 1000".into()).into());
+    }
+    let rows = state
+        .repo
+        .list_messages(&id, q.after.as_deref(), limit)
+        .await?;
+    let messages: Vec<_> = rows.iter().map(|m| m.to_dto()).collect();
+    Ok(Json(json!({ "messages": messages })))
+}
+
+pub async fn turns(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    if state.repo.get_session(&id).await?.is_none() {
+        return Err(AppError::NotFound(format!("session {id}")).into());
+    }
+    let turns: Vec<_> = state
+        .repo
+        .list_turns(&id)
+        .await?
+        .iter()
+        .map(|t| t.to_dto())
+        .collect();
+    Ok(Json(json!({ "turns": turns })))
+}
+
+/// `DELETE /messages/{id}` — authority does not move (L4).
+pub async fn delete_message(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let Some(m) = state.repo.delete_message(&id).await? else {
+        return Err(AppError::NotFound(format!("message {id}")).into());
+    };
+    crate::server::orchestrator::publish::message(&state, "session.message.deleted", &m);
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -20,6 +20,7 @@ pub mod rest {
 
     use crate::api::{ApiError, ApiJson};
     use crate::model::{AppError, Task};
+    use crate::server::orchestrator::sessions;
     use crate::server::orchestrator::tasks::{self, CreateTask};
     use crate::server::state::AppState;
     use crate::server::summary::task_view;
@@ -57,12 +58,19 @@ pub mod rest {
         State(state): State<AppState>,
         ApiJson(body): ApiJson<CreateTaskBody>,
     ) -> Result<Json<Task>, ApiError> {
-        if body.prompt.is_some() || body.agent_profile_id.is_some() {
+        if body.agent_profile_id.is_some() && body.prompt.is_none() {
             return Err(AppError::BadRequest(
-                "launching a session with a task (prompt, agent_profile_id) is not available yet"
-                    .into(),
+                "agent_profile_id needs a prompt to launch a session".into(),
             )
             .into());
+        }
+        if body.prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
+            return Err(AppError::BadRequest("prompt must not be empty".into()).into());
+        }
+        if let Some(id) = &body.agent_profile_id
+            && state.repo.get_agent_profile(id).await?.is_none()
+        {
+            return Err(AppError::BadRequest(format!("unknown agent_profile_id {id:?}")).into());
         }
         let input = CreateTask {
             title: body.title,
@@ -71,6 +79,10 @@ pub mod rest {
             step_id: body.step_id,
         };
         let task = tasks::create_task(&state, input).await?;
-        Ok(Json(task))
+        let Some(prompt) = body.prompt else {
+            return Ok(Json(task));
+        };
+        sessions::create_session(&state, &task.id, body.agent_profile_id, prompt, true).await?;
+        Ok(Json(task_view::get_task(&state, &task.id).await?))
     }
 }

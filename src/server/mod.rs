@@ -8,6 +8,7 @@ pub mod events;
 pub mod hooks;
 pub mod orchestrator;
 pub mod repo;
+pub mod runtime;
 pub mod startup;
 pub mod state;
 pub mod summary;

@@ -12,6 +12,7 @@ use crate::app::{App, shell};
 use crate::server::events::InProcessHub;
 use crate::server::hooks::Hooks;
 use crate::server::repo::{NewAgentProfile, NewWorkflow, NewWorkflowStep, RepoResult, Repository};
+use crate::server::runtime::{Runtime, RuntimeConfig};
 use crate::server::state::AppState;
 use crate::server::summary::{projector, reconcile};
 use crate::server::time::Clock;
@@ -71,6 +72,7 @@ pub async fn build_state(
     repo: Arc<dyn Repository>,
     leptos_options: LeptosOptions,
     clock: Clock,
+    runtime: RuntimeConfig,
 ) -> RepoResult<AppState> {
     let epoch = repo.bump_epoch().await?;
     seed(repo.as_ref(), clock.now()).await?;
@@ -82,7 +84,9 @@ pub async fn build_state(
         epoch,
         pending_sequence: Arc::new(AtomicU64::new(0)),
         hooks: Arc::new(Hooks::default()),
+        runtime: Arc::new(Runtime::new(runtime)),
     };
+    recover_sessions(&state).await?;
     let failed = reconcile::reconcile_all(&state).await?;
     if failed > 0 {
         tracing::warn!(
@@ -94,10 +98,35 @@ pub async fn build_state(
     Ok(state)
 }
 
+/// Agent processes die with the server. Sessions that were starting, running or waiting keep
+/// their questions answerable: open turns are completed (which detaches their waiting bundles,
+/// L9) and the session waits for the human; a later prompt or answer relaunches the agent.
+async fn recover_sessions(state: &AppState) -> RepoResult<()> {
+    use crate::model::SessionState::*;
+    let now = state.clock.now();
+    for s in state
+        .repo
+        .sessions_in_states(&[Starting, Running, WaitingForInput])
+        .await?
+    {
+        for turn in state.repo.complete_open_turns(&s.id, now).await? {
+            state.repo.detach_turn(&turn).await?;
+        }
+        state.repo.detach_session(&s.id).await?;
+        if s.state != WaitingForInput {
+            state
+                .repo
+                .set_session_state(&s.id, WaitingForInput, now)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
 pub fn router(state: AppState) -> Router {
     let routes = generate_route_list(App);
     Router::new()
-        .merge(crate::api::rest_routes())
+        .merge(crate::api::rest_routes(&state))
         .leptos_routes(&state, routes, {
             let options = state.leptos_options.clone();
             move || shell(options.clone())

@@ -8,6 +8,7 @@ use crate::model::PendingActionRevision;
 use crate::server::events::EventHub;
 use crate::server::hooks::Hooks;
 use crate::server::repo::Repository;
+use crate::server::runtime::Runtime;
 use crate::server::time::Clock;
 
 /// Everything a request handler or service needs; cheap to clone.
@@ -21,6 +22,7 @@ pub struct AppState {
     pub epoch: i64,
     pub pending_sequence: Arc<AtomicU64>,
     pub hooks: Arc<Hooks>,
+    pub runtime: Arc<Runtime>,
 }
 
 impl AppState {

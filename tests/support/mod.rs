@@ -96,8 +96,16 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(database_url: &str) -> TestServer {
+        Self::start_with(database_url, |_| {}).await
+    }
+
+    /// Starts with the runtime configuration adjusted by `tune` (timeouts, keepalive).
+    pub async fn start_with(
+        database_url: &str,
+        tune: impl FnOnce(&mut turnstile::server::runtime::RuntimeConfig),
+    ) -> TestServer {
         use leptos::prelude::LeptosOptions;
-        use turnstile::server::{startup, time::Clock};
+        use turnstile::server::{runtime::RuntimeConfig, startup, time::Clock};
 
         let repo = repo::connect(database_url).await.expect("open database");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -110,7 +118,15 @@ impl TestServer {
             .site_pkg_dir("pkg")
             .site_addr(addr)
             .build();
-        let state = startup::build_state(repo, options, Clock::System)
+        let mut runtime = RuntimeConfig {
+            self_url: format!("http://{addr}"),
+            mock_agent: env!("CARGO_BIN_EXE_mock_agent").into(),
+            workdir: temp_dir("workspace"),
+            ask_keepalive: std::time::Duration::from_secs(20),
+            ask_timeout: std::time::Duration::from_secs(7200),
+        };
+        tune(&mut runtime);
+        let state = startup::build_state(repo, options, Clock::System, runtime)
             .await
             .expect("start-up");
         let app = startup::router(state.clone());
@@ -189,6 +205,77 @@ pub async fn next_event(
             Ok(Ok(_)) => {}
             Ok(Err(e)) => panic!("event stream failed: {e}"),
             Err(_) => panic!("timed out waiting for an event"),
+        }
+    }
+}
+
+/// A small REST client for the server under test.
+pub struct Api {
+    pub client: reqwest::Client,
+    pub base: String,
+}
+
+impl Api {
+    pub fn new(base: &str) -> Api {
+        Api {
+            client: reqwest::Client::new(),
+            base: base.to_string(),
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> (reqwest::StatusCode, serde_json::Value) {
+        let r = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("GET");
+        let status = r.status();
+        let text = r.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    pub async fn post(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (reqwest::StatusCode, serde_json::Value) {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .expect("POST");
+        let status = r.status();
+        let text = r.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// Polls `GET path` until `pred` holds (deadline 20 s, no fixed sleeps between state checks
+    /// beyond a short poll interval).
+    pub async fn wait_for(
+        &self,
+        path: &str,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let (_, v) = self.get(path).await;
+            if pred(&v) {
+                return v;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!("timed out waiting for {what}: last {path} = {v:#}");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 }

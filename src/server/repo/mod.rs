@@ -243,6 +243,14 @@ pub trait Repository: Send + Sync + 'static {
         at: Micros,
     ) -> RepoResult<Option<SessionRecord>>;
     async fn set_primary_session(&self, id: &str) -> RepoResult<bool>;
+    /// The session whose MCP bearer token hashes to `hash` (only hashes are stored).
+    async fn get_session_by_token_hash(&self, hash: &str) -> RepoResult<Option<SessionRecord>>;
+    async fn set_acp_session_id(&self, id: &str, acp_session_id: &str) -> RepoResult<bool>;
+    async fn set_mcp_token_hash(&self, id: &str, hash: &str) -> RepoResult<bool>;
+    /// Sessions in any of `states`, oldest first (start-up recovery).
+    async fn sessions_in_states(&self, states: &[SessionState]) -> RepoResult<Vec<SessionRecord>>;
+    /// Completes every open turn of the session; returns their ids.
+    async fn complete_open_turns(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>>;
 
     // -- turns and messages --
     async fn insert_turn(&self, new: &NewTurn) -> RepoResult<TurnRecord>;
@@ -258,6 +266,13 @@ pub trait Repository: Send + Sync + 'static {
         limit: i64,
     ) -> RepoResult<Vec<MessageRecord>>;
     async fn delete_message(&self, id: &str) -> RepoResult<Option<MessageRecord>>;
+    /// Replaces a message's content (coalescing streamed text into one message per reply).
+    async fn update_message_content(
+        &self,
+        id: &str,
+        content: &str,
+        at: Micros,
+    ) -> RepoResult<Option<MessageRecord>>;
 
     // -- clarifications and permissions --
     async fn insert_bundle(

@@ -413,6 +413,52 @@ macro_rules! impl_repository {
                 Ok(true)
             }
 
+            async fn get_session_by_token_hash(&self, hash: &str) -> RepoResult<Option<SessionRecord>> {
+                Ok(sqlx::query_as::<$db, SessionRecord>(stmt!("SELECT {SESSION_COLUMNS} FROM sessions WHERE mcp_token_hash = $1"))
+                    .bind(hash)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn set_acp_session_id(&self, id: &str, acp_session_id: &str) -> RepoResult<bool> {
+                let done = sqlx::query::<$db>("UPDATE sessions SET acp_session_id = $2 WHERE id = $1")
+                    .bind(id)
+                    .bind(acp_session_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn set_mcp_token_hash(&self, id: &str, hash: &str) -> RepoResult<bool> {
+                let done = sqlx::query::<$db>("UPDATE sessions SET mcp_token_hash = $2 WHERE id = $1")
+                    .bind(id)
+                    .bind(hash)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn sessions_in_states(&self, states: &[SessionState]) -> RepoResult<Vec<SessionRecord>> {
+                let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+                Ok(sqlx::query_as::<$db, SessionRecord>(stmt!(
+                    "SELECT {SESSION_COLUMNS} FROM sessions WHERE state IN ({}) ORDER BY created_at, id",
+                    authority::ids_from_json(<$repo>::BACKEND)
+                ))
+                .bind(json(&names))
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
+            async fn complete_open_turns(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>> {
+                Ok(sqlx::query_scalar::<$db, String>(
+                    "UPDATE turns SET completed_at = $2 WHERE session_id = $1 AND completed_at IS NULL RETURNING id",
+                )
+                .bind(session_id)
+                .bind(at)
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
             async fn insert_turn(&self, new: &NewTurn) -> RepoResult<TurnRecord> {
                 let id = new.id.clone().unwrap_or_else(new_id);
                 sqlx::query_as::<$db, TurnRecord>(stmt!(
@@ -499,6 +545,17 @@ macro_rules! impl_repository {
                     "DELETE FROM messages WHERE id = $1 RETURNING {MESSAGE_COLUMNS}"
                 ))
                 .bind(id)
+                .fetch_optional(&self.pool)
+                .await?)
+            }
+
+            async fn update_message_content(&self, id: &str, content: &str, at: Micros) -> RepoResult<Option<MessageRecord>> {
+                Ok(sqlx::query_as::<$db, MessageRecord>(stmt!(
+                    "UPDATE messages SET content = $2, updated_at = $3 WHERE id = $1 RETURNING {MESSAGE_COLUMNS}"
+                ))
+                .bind(id)
+                .bind(content)
+                .bind(at)
                 .fetch_optional(&self.pool)
                 .await?)
             }

@@ -1,0 +1,210 @@
+//! What a prompt asks the mock agent to do (spec/api.md "The bundled mock agent"): the first
+//! line selects a scenario; script lines run in order within one turn. Deterministic.
+
+use serde_json::{Value, json};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Reply text (one agent message).
+    Say(String),
+    Delay(u64),
+    /// Call `ask_user_question`; with a client-side timeout in ms, a timeout is survived:
+    /// the agent says "Question timed out, continuing without answer." and ends the turn.
+    Ask {
+        input: Value,
+        timeout_ms: Option<u64>,
+        reply_with_answer: bool,
+    },
+    /// Request permission for a tool call and report the outcome.
+    Permission,
+}
+
+pub fn db_question() -> Value {
+    json!({
+        "id": "db",
+        "prompt": "Which database should we use for this project?",
+        "options": [
+            { "id": "postgresql", "label": "PostgreSQL", "description": "Relational, strong consistency, rich SQL" },
+            { "id": "mongodb", "label": "MongoDB", "description": "Document store with flexible schemas" },
+            { "id": "sqlite", "label": "SQLite", "description": "Embedded, zero configuration" }
+        ]
+    })
+}
+
+fn multi_questions() -> Value {
+    json!({
+        "context": "We are setting up a new service.\n\nA few decisions shape the first commit.",
+        "questions": [
+            db_question(),
+            {
+                "id": "language",
+                "prompt": "Which language should the service be written in?",
+                "options": [
+                    { "id": "rust", "label": "Rust", "description": "Fast and safe" },
+                    { "id": "go", "label": "Go", "description": "Simple and quick to build" }
+                ]
+            },
+            {
+                "id": "deploy",
+                "prompt": "Where should it be deployed?",
+                "options": [
+                    { "id": "kubernetes", "label": "Kubernetes", "description": "Cluster" },
+                    { "id": "vm", "label": "A single VM", "description": "Simple" }
+                ]
+            }
+        ]
+    })
+}
+
+/// A resume prompt built by the server for a detached answer (L17) starts with this marker.
+pub use turnstile::server::clarification::respond::RESUME_MARKER;
+
+/// Parses a prompt into the steps of one turn.
+pub fn parse(prompt: &str) -> Result<Vec<Step>, String> {
+    let first = prompt.lines().next().unwrap_or("").trim();
+    let steps = match first {
+        "/e2e:simple-message" => vec![Step::Say(
+            "Hello! This is a simple reply from the mock agent.".into(),
+        )],
+        "/e2e:clarification" => vec![
+            Step::Say("I need one decision before I start.".into()),
+            Step::Ask {
+                input: json!({ "questions": [db_question()] }),
+                timeout_ms: None,
+                reply_with_answer: true,
+            },
+        ],
+        "/e2e:clarification-multi" => vec![
+            Step::Say("I need a few decisions before I start.".into()),
+            Step::Ask {
+                input: multi_questions(),
+                timeout_ms: None,
+                reply_with_answer: true,
+            },
+        ],
+        "/e2e:clarification-timeout" => vec![
+            Step::Say("I need one decision, but I will not wait long.".into()),
+            Step::Ask {
+                input: json!({ "questions": [db_question()] }),
+                timeout_ms: Some(5_000),
+                reply_with_answer: true,
+            },
+        ],
+        "/e2e:permission" => vec![Step::Permission],
+        _ if prompt.starts_with(RESUME_MARKER) => {
+            let answer = prompt[RESUME_MARKER.len()..].trim();
+            vec![Step::Say(format!(
+                "Thanks, continuing with your answer: {answer}"
+            ))]
+        }
+        _ if first.starts_with("e2e:") => return parse_script(prompt),
+        _ => vec![Step::Say(format!("Echo: {prompt}"))],
+    };
+    Ok(steps)
+}
+
+fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
+    let mut steps = Vec::new();
+    for (n, line) in prompt.lines().enumerate().map(|(i, l)| (i + 1, l.trim())) {
+        if line.is_empty() {
+            continue;
+        }
+        let (name, rest) = line
+            .split_once('(')
+            .ok_or(format!("line {n}: expected e2e:name(…)"))?;
+        let args = rest
+            .strip_suffix(')')
+            .ok_or(format!("line {n}: missing closing parenthesis"))?;
+        let step = match name {
+            "e2e:message" => Step::Say(
+                serde_json::from_str::<String>(args)
+                    .map_err(|e| format!("line {n}: message needs a JSON string: {e}"))?,
+            ),
+            "e2e:delay" => Step::Delay(
+                args.trim()
+                    .parse()
+                    .map_err(|e| format!("line {n}: delay needs milliseconds: {e}"))?,
+            ),
+            "e2e:ask" => Step::Ask {
+                input: serde_json::from_str(args)
+                    .map_err(|e| format!("line {n}: ask needs JSON: {e}"))?,
+                timeout_ms: None,
+                reply_with_answer: true,
+            },
+            "e2e:ask-timeout" => {
+                let (ms, json) = args
+                    .split_once(',')
+                    .ok_or(format!("line {n}: ask-timeout(ms, {{json}})"))?;
+                Step::Ask {
+                    input: serde_json::from_str(json.trim())
+                        .map_err(|e| format!("line {n}: ask-timeout needs JSON: {e}"))?,
+                    timeout_ms: Some(
+                        ms.trim()
+                            .parse()
+                            .map_err(|e| format!("line {n}: timeout needs milliseconds: {e}"))?,
+                    ),
+                    reply_with_answer: true,
+                }
+            }
+            other => return Err(format!("line {n}: unknown script command {other:?}")),
+        };
+        steps.push(step);
+    }
+    Ok(steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenarios_are_recognised_by_their_first_line() {
+        assert!(matches!(
+            parse("/e2e:simple-message").unwrap()[..],
+            [Step::Say(_)]
+        ));
+        assert!(matches!(
+            parse("/e2e:clarification\nmore").unwrap()[..],
+            [
+                Step::Say(_),
+                Step::Ask {
+                    timeout_ms: None,
+                    ..
+                }
+            ]
+        ));
+        assert!(matches!(
+            parse("/e2e:clarification-timeout").unwrap()[1],
+            Step::Ask {
+                timeout_ms: Some(5000),
+                ..
+            }
+        ));
+        assert_eq!(parse("/e2e:permission").unwrap(), vec![Step::Permission]);
+        assert_eq!(
+            parse("hello there").unwrap(),
+            vec![Step::Say("Echo: hello there".into())]
+        );
+    }
+
+    #[test]
+    fn script_lines_run_in_order() {
+        let steps = parse("e2e:message(\"one\")\ne2e:delay(10)\ne2e:ask-timeout(200, {\"questions\": []})\ne2e:message(\"two\")").unwrap();
+        assert_eq!(steps[0], Step::Say("one".into()));
+        assert_eq!(steps[1], Step::Delay(10));
+        assert!(matches!(
+            steps[2],
+            Step::Ask {
+                timeout_ms: Some(200),
+                ..
+            }
+        ));
+        assert_eq!(steps[3], Step::Say("two".into()));
+        assert!(parse("e2e:fly(1)").unwrap_err().contains("unknown"));
+        assert!(
+            parse("e2e:delay(soon)")
+                .unwrap_err()
+                .contains("milliseconds")
+        );
+    }
+}

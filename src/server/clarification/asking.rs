@@ -1,0 +1,141 @@
+//! Asking (L6–L9): the durable write before anything waits, the waiter, keepalive progress,
+//! and detach when the agent stops waiting.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::ask::{Ask, tool_output};
+use crate::model::{Response, SessionState};
+use crate::server::orchestrator::{publish, sessions};
+use crate::server::repo::{NewBundle, SessionRecord};
+use crate::server::state::AppState;
+
+/// How a wait ended.
+#[derive(Debug)]
+pub enum AskOutcome {
+    /// The tool result (spec/api.md output shape).
+    Answered(serde_json::Value),
+    /// Timed out or cancelled: the bundle is detached and stays answerable (L9).
+    Detached(&'static str),
+    Failed(String),
+}
+
+/// Writes the bundle (or finds the identical active one, L8), then waits for its answer.
+/// `progress` is called every keepalive interval (L7).
+pub async fn ask_and_wait<P, F>(
+    state: &AppState,
+    session: &SessionRecord,
+    ask: Ask,
+    cancelled: CancellationToken,
+    mut progress: P,
+) -> AskOutcome
+where
+    P: FnMut(u32) -> F + Send,
+    F: std::future::Future<Output = ()> + Send,
+{
+    let pending_id = match write(state, session, &ask).await {
+        Ok(id) => id,
+        Err(e) => return AskOutcome::Failed(e),
+    };
+    let (tx, mut rx) = oneshot::channel::<Response>();
+    state.runtime.waiters.put(&pending_id, tx);
+    if let Err(e) = sessions::set_state(state, &session.id, SessionState::WaitingForInput).await {
+        tracing::warn!(error = %e, "cannot mark the session waiting");
+    }
+    let keepalive = state.runtime.config.ask_keepalive;
+    let deadline = tokio::time::sleep(state.runtime.config.ask_timeout);
+    tokio::pin!(deadline);
+    let mut ticks = 0u32;
+    let mut interval = tokio::time::interval_at(
+        tokio::time::Instant::now() + keepalive,
+        keepalive.max(Duration::from_millis(10)),
+    );
+    let stop_reason = loop {
+        tokio::select! {
+            answer = &mut rx => match answer {
+                Ok(response) => return answered(state, &session.id, response).await,
+                // An identical repeat call (L8) took over the wait; the bundle stays as it is.
+                Err(_) => return AskOutcome::Detached("an identical call took over this question"),
+            },
+            _ = interval.tick() => {
+                ticks += 1;
+                progress(ticks).await;
+            }
+            _ = &mut deadline => break "timed out waiting for the user",
+            _ = cancelled.cancelled() => break "the tool call was cancelled",
+        }
+    };
+    // Exactly one of {respond, cancel, timeout} wins the waiter: if a responder already took
+    // it, its answer is in flight and this call still delivers it.
+    if state.runtime.waiters.take(&pending_id).is_none()
+        && let Ok(response) = rx.await
+    {
+        return answered(state, &session.id, response).await;
+    }
+    match state.repo.detach_bundle(&pending_id).await {
+        Ok(true) => {
+            publish::bundles_by_id(
+                state,
+                "clarification.detached",
+                std::slice::from_ref(&pending_id),
+            )
+            .await
+        }
+        Ok(false) => {}
+        Err(e) => tracing::warn!(error = %e, pending_id, "detach failed"),
+    }
+    AskOutcome::Detached(stop_reason)
+}
+
+async fn answered(state: &AppState, session_id: &str, response: Response) -> AskOutcome {
+    if let Err(e) = sessions::set_state(state, session_id, SessionState::Running).await {
+        tracing::warn!(error = %e, "cannot mark the session running");
+    }
+    AskOutcome::Answered(tool_output(&response))
+}
+
+/// L6: bundle, questions and transcript message in one transaction before anything waits or
+/// is published; L8: an identical call while the first is active returns it.
+async fn write(state: &AppState, session: &SessionRecord, ask: &Ask) -> Result<String, String> {
+    let key = ask.dedup_key();
+    let active = state
+        .repo
+        .active_bundles(&session.id)
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some(existing) = active.iter().find(|b| b.record.dedup_key == key) {
+        return Ok(existing.record.pending_id.clone());
+    }
+    let turn_id = state
+        .repo
+        .current_turn_id(&session.id)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("the session has no turn to ask in")?;
+    let (bundle, message) = state
+        .repo
+        .insert_bundle(
+            &NewBundle {
+                pending_id: None,
+                session_id: session.id.clone(),
+                turn_id,
+                context: ask.context.clone(),
+                dedup_key: key,
+                questions: ask.questions.clone(),
+                message_content: ask.summary_line(),
+            },
+            state.clock.now(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    publish::message(state, "session.message.added", &message);
+    publish::bundles_by_id(
+        state,
+        "clarification.requested",
+        std::slice::from_ref(&bundle.pending_id),
+    )
+    .await;
+    Ok(bundle.pending_id)
+}

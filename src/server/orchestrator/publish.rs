@@ -1,0 +1,59 @@
+//! The notifications services publish after their writes committed (P10), in one place so
+//! payload shapes match spec/api.md.
+
+use serde_json::json;
+
+use crate::server::events::Event;
+use crate::server::repo::{MessageRecord, SessionRecord, StoredBundle, TurnRecord};
+use crate::server::state::AppState;
+
+pub fn message(state: &AppState, action: &str, m: &MessageRecord) {
+    state.hub.publish(
+        Event::new(action, json!({ "message": m.to_dto() }))
+            .for_task(m.task_id.clone())
+            .for_session(m.session_id.clone()),
+    );
+}
+
+pub fn turn(state: &AppState, action: &str, t: &TurnRecord) {
+    state.hub.publish(
+        Event::new(action, json!({ "turn": t.to_dto() }))
+            .for_task(t.task_id.clone())
+            .for_session(t.session_id.clone()),
+    );
+}
+
+pub fn session(state: &AppState, action: &str, s: &SessionRecord) {
+    state.hub.publish(
+        Event::new(action, json!({ "session": s.to_dto(None, None) }))
+            .for_task(s.task_id.clone())
+            .for_session(s.id.clone()),
+    );
+}
+
+pub fn bundle(state: &AppState, action: &str, b: &StoredBundle) {
+    state.hub.publish(
+        Event::new(action, json!({ "bundle": b.to_dto() }))
+            .for_task(b.record.task_id.clone())
+            .for_session(b.record.session_id.clone()),
+    );
+}
+
+/// Publishes `action` for each bundle id (re-read so the payload shows the committed state).
+pub async fn bundles_by_id(state: &AppState, action: &str, pending_ids: &[String]) {
+    for id in pending_ids {
+        match state.repo.get_bundle(id).await {
+            Ok(Some(b)) => bundle(state, action, &b),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(pending_id = %id, error = %e, "cannot re-read bundle for its event")
+            }
+        }
+    }
+}
+
+pub fn task_updated(state: &AppState, task_id: &str) {
+    state.hub.publish(
+        Event::new("task.updated", json!({ "task_id": task_id })).for_task(task_id.to_string()),
+    );
+}

@@ -1,0 +1,177 @@
+//! Sessions: creation and launch, prompts, cancel, state changes (with L11 expiry), and how an
+//! agent profile becomes a process.
+
+use std::path::PathBuf;
+
+use sha2::{Digest, Sha256};
+use tokio::sync::oneshot;
+
+use super::publish;
+use super::worker::{self, Command, PromptAccepted};
+use crate::model::{AppError, SessionState};
+use crate::server::agents::LaunchSpec;
+use crate::server::repo::{NewSession, RepoError, SessionRecord};
+use crate::server::startup::MOCK_PROFILE;
+use crate::server::state::AppState;
+
+pub fn hash_token(token: &str) -> String {
+    format!("{:x}", Sha256::digest(token.as_bytes()))
+}
+
+fn new_token() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+/// Moves the session and publishes the change; a terminal move expires its active bundles
+/// (L11). Returns `None` when the session was already terminal.
+pub async fn set_state(
+    state: &AppState,
+    session_id: &str,
+    to: SessionState,
+) -> Result<Option<SessionRecord>, RepoError> {
+    let current = state.repo.get_session(session_id).await?;
+    if current.as_ref().is_some_and(|s| s.state == to) {
+        return Ok(current);
+    }
+    let Some(moved) = state
+        .repo
+        .set_session_state(session_id, to, state.clock.now())
+        .await?
+    else {
+        return Ok(None);
+    };
+    if to.is_terminal() {
+        let expired = state
+            .repo
+            .expire_session(session_id, state.clock.now())
+            .await?;
+        publish::bundles_by_id(state, "clarification.expired", &expired).await;
+    }
+    publish::session(state, "session.state_changed", &moved);
+    Ok(Some(moved))
+}
+
+/// The process for a session's agent profile, with a fresh MCP token (only its hash is
+/// stored). The bundled `mock` profile runs the mock agent next to the server binary.
+pub async fn launch_spec(
+    state: &AppState,
+    session: &SessionRecord,
+) -> Result<(LaunchSpec, String), String> {
+    let profile = match &session.agent_profile_id {
+        Some(id) => state
+            .repo
+            .get_agent_profile(id)
+            .await
+            .map_err(|e| e.to_string())?,
+        None => state
+            .repo
+            .get_agent_profile_by_name(MOCK_PROFILE)
+            .await
+            .map_err(|e| e.to_string())?,
+    }
+    .ok_or("the session's agent profile no longer exists")?
+    .to_dto();
+    let command = if profile.name == MOCK_PROFILE {
+        state.runtime.config.mock_agent.clone()
+    } else {
+        PathBuf::from(&profile.command)
+    };
+    let token = new_token();
+    let hash = hash_token(&token);
+    std::fs::create_dir_all(&state.runtime.config.workdir)
+        .map_err(|e| format!("cannot create the agent workdir: {e}"))?;
+    let spec = LaunchSpec {
+        command,
+        args: profile.args,
+        env: profile.env,
+        cwd: state.runtime.config.workdir.clone(),
+        mcp_url: format!("{}/mcp", state.runtime.config.self_url),
+        mcp_token: token,
+        load_session: session.acp_session_id.clone(),
+    };
+    Ok((spec, hash))
+}
+
+/// Creates a session for the task and sends its first prompt.
+pub async fn create_session(
+    state: &AppState,
+    task_id: &str,
+    agent_profile_id: Option<String>,
+    prompt: String,
+    primary: bool,
+) -> Result<SessionRecord, AppError> {
+    if prompt.trim().is_empty() {
+        return Err(AppError::BadRequest("prompt must not be empty".into()));
+    }
+    if state.repo.get_task(task_id).await?.is_none() {
+        return Err(AppError::NotFound(format!("task {task_id}")));
+    }
+    let profile = match &agent_profile_id {
+        Some(id) => state.repo.get_agent_profile(id).await?,
+        None => state.repo.get_agent_profile_by_name(MOCK_PROFILE).await?,
+    }
+    .ok_or_else(|| {
+        AppError::BadRequest(format!(
+            "unknown agent_profile_id {:?}",
+            agent_profile_id.unwrap_or_default()
+        ))
+    })?;
+    let existing = state.repo.list_sessions(task_id).await?.len();
+    let session = state
+        .repo
+        .create_session(
+            &NewSession {
+                task_id: task_id.to_string(),
+                agent_profile_id: Some(profile.id.clone()),
+                name: format!("Session {}", existing + 1),
+                state: SessionState::Created,
+                is_primary: primary || existing == 0,
+                mcp_token_hash: Some(hash_token(&new_token())),
+            },
+            state.clock.now(),
+        )
+        .await?;
+    publish::session(state, "session.created", &session);
+    send_prompt(state, &session.id, prompt).await?;
+    Ok(session)
+}
+
+pub async fn send_prompt(
+    state: &AppState,
+    session_id: &str,
+    content: String,
+) -> Result<PromptAccepted, AppError> {
+    if content.trim().is_empty() {
+        return Err(AppError::BadRequest("content must not be empty".into()));
+    }
+    let session = state
+        .repo
+        .get_session(session_id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("session {session_id}")))?;
+    if session.state.is_terminal() {
+        return Err(AppError::Conflict(format!(
+            "session {session_id} is {}",
+            session.state
+        )));
+    }
+    let (reply, answer) = oneshot::channel();
+    worker::handle(state, &session.id, &session.task_id)
+        .send(Command::Prompt { content, reply })?;
+    answer
+        .await
+        .map_err(|_| AppError::Internal("the session worker stopped".into()))?
+}
+
+pub async fn cancel(state: &AppState, session_id: &str) -> Result<(), AppError> {
+    let session = state
+        .repo
+        .get_session(session_id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("session {session_id}")))?;
+    worker::handle(state, &session.id, &session.task_id).send(Command::Cancel)
+}

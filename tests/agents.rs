@@ -1,0 +1,623 @@
+//! The agent path end to end: the real mock-agent binary over ACP (stdio) asking through the
+//! real MCP endpoint (HTTP), on SQLite and PostgreSQL. Each mock scenario of spec/api.md runs
+//! and its messages, turns, bundles and session states are asserted.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::{Api, TestServer};
+
+both_http!(
+    scenario_simple_message,
+    scenario_echo_and_queued_prompts,
+    scenario_clarification_answered_live,
+    scenario_clarification_multi_rejected_live,
+    scenario_clarification_timeout_detaches_and_resumes_once,
+    scenario_permission,
+    l20_prompt_after_detached_question_supersedes_it,
+    n3_workflow_waits_for_the_question_and_advances_after,
+    bad_prompts_get_clear_errors,
+);
+
+/// Creates a task whose primary session runs `prompt`; returns (task id, session id).
+async fn start(api: &Api, prompt: &str) -> (String, String) {
+    let (status, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "agent task", "prompt": prompt }),
+        )
+        .await;
+    assert_eq!(status, 200, "{task}");
+    let task_id = task["id"].as_str().unwrap().to_string();
+    let session_id = task["primary_session_id"]
+        .as_str()
+        .expect("a primary session")
+        .to_string();
+    (task_id, session_id)
+}
+
+async fn session_state(api: &Api, task: &str, session: &str) -> Value {
+    let (_, v) = api.get(&format!("/api/v1/tasks/{task}/sessions")).await;
+    v["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == session)
+        .cloned()
+        .unwrap()
+}
+
+/// Waits until the session has `n` completed turns and is idle again.
+async fn wait_turns_done(api: &Api, session: &str, n: usize) -> Vec<Value> {
+    api.wait_for(
+        &format!("/api/v1/sessions/{session}/turns"),
+        &format!("{n} completed turns"),
+        |v| {
+            v["turns"]
+                .as_array()
+                .is_some_and(|t| t.len() == n && t.iter().all(|t| !t["completed_at"].is_null()))
+        },
+    )
+    .await["turns"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+async fn messages(api: &Api, session: &str) -> Vec<Value> {
+    api.get(&format!("/api/v1/sessions/{session}/messages"))
+        .await
+        .1["messages"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn texts(messages: &[Value]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .map(|m| {
+            (
+                m["author"].as_str().unwrap().to_string(),
+                m["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The first pending bundle of the session, once it exists.
+async fn wait_bundle(api: &Api, session: &str) -> Value {
+    let msgs = api
+        .wait_for(
+            &format!("/api/v1/sessions/{session}/messages"),
+            "a clarification message",
+            |v| {
+                v["messages"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m["kind"] == "clarification_request"))
+            },
+        )
+        .await;
+    let pending_id = msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["kind"] == "clarification_request")
+        .unwrap()["pending_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    api.get(&format!("/api/v1/clarifications/{pending_id}"))
+        .await
+        .1
+}
+
+async fn scenario_simple_message(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = start(&api, "/e2e:simple-message").await;
+    let turns = wait_turns_done(&api, &session, 1).await;
+    let msgs = messages(&api, &session).await;
+    assert_eq!(
+        texts(&msgs),
+        vec![
+            ("user".into(), "/e2e:simple-message".into()),
+            (
+                "agent".into(),
+                "Hello! This is a simple reply from the mock agent.".into()
+            ),
+        ],
+        "text chunks are coalesced into one message per reply"
+    );
+    assert!(msgs.iter().all(|m| m["turn_id"] == turns[0]["id"]));
+    let s = api
+        .wait_for(
+            &format!("/api/v1/tasks/{task}/sessions"),
+            "idle session",
+            |v| v["sessions"][0]["state"] == "waiting_for_input",
+        )
+        .await;
+    assert_eq!(
+        s["sessions"][0]["pending_action"],
+        Value::Null,
+        "an idle session shows no question"
+    );
+    assert_eq!(s["sessions"][0]["is_primary"], true);
+    server.stop().await;
+}
+
+async fn scenario_echo_and_queued_prompts(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_task, session) = start(&api, "e2e:delay(300)\ne2e:message(\"first done\")").await;
+    // While the first turn is open, prompts queue and run in order.
+    let (status, queued) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "second" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{queued}");
+    assert_eq!(queued["queued"], true);
+    api.post(
+        &format!("/api/v1/sessions/{session}/prompt"),
+        json!({ "content": "third" }),
+    )
+    .await;
+    wait_turns_done(&api, &session, 3).await;
+    let agent: Vec<String> = texts(&messages(&api, &session).await)
+        .into_iter()
+        .filter(|(a, _)| a == "agent")
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(agent, vec!["first done", "Echo: second", "Echo: third"]);
+    server.stop().await;
+}
+
+async fn scenario_clarification_answered_live(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = start(&api, "/e2e:clarification").await;
+    let bundle = wait_bundle(&api, &session).await;
+    assert_eq!(bundle["status"], "pending");
+    assert_eq!(bundle["active"], true);
+    assert_eq!(bundle["detached"], false);
+    assert_eq!(bundle["questions"][0]["id"], "db");
+    assert_eq!(
+        bundle["questions"][0]["prompt"],
+        "Which database should we use for this project?"
+    );
+    let options: Vec<&str> = bundle["questions"][0]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(options, ["postgresql", "mongodb", "sqlite"]);
+    // L7: the session waits; P1/P2: the session and the task show the question.
+    let s = session_state(&api, &task, &session).await;
+    assert_eq!(s["state"], "waiting_for_input");
+    assert_eq!(s["pending_action"], "clarification");
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{task}")).await.1["task_pending_action"],
+        "clarification"
+    );
+
+    let pending_id = bundle["pending_id"].as_str().unwrap();
+    let (status, r) = api
+        .post(
+            &format!("/api/v1/clarifications/{pending_id}/respond"),
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["claimed"], true);
+    assert_eq!(r["status"], "answered");
+    wait_turns_done(&api, &session, 1).await;
+    let agent: Vec<String> = texts(&messages(&api, &session).await)
+        .into_iter()
+        .filter(|(a, _)| a == "agent")
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(agent[0], "I need one decision before I start.");
+    assert_eq!(
+        agent[1], "Which database should we use for this project?",
+        "the bundle's transcript row"
+    );
+    assert_eq!(
+        agent[2], r#"You answered: {"db":{"selected_option":"sqlite"}}"#,
+        "L15: same turn, live answer"
+    );
+    let after = api
+        .get(&format!("/api/v1/clarifications/{pending_id}"))
+        .await
+        .1;
+    assert_eq!(
+        (after["status"].as_str(), after["active"].as_bool()),
+        (Some("answered"), Some(false))
+    );
+    // A second responder loses and sees the winner's answer (L14).
+    let (status, again) = api
+        .post(
+            &format!("/api/v1/clarifications/{pending_id}/respond"),
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["mongodb"] }] }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(again["claimed"], false);
+    assert_eq!(
+        again["response"]["answers"][0]["selected_options"][0],
+        "sqlite"
+    );
+    api.wait_for(
+        &format!("/api/v1/tasks/{task}"),
+        "the question to clear",
+        |t| t["task_pending_action"].is_null(),
+    )
+    .await;
+    server.stop().await;
+}
+
+async fn scenario_clarification_multi_rejected_live(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_task, session) = start(&api, "/e2e:clarification-multi").await;
+    let bundle = wait_bundle(&api, &session).await;
+    let ids: Vec<&str> = bundle["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["db", "language", "deploy"]);
+    assert!(
+        bundle["context"].as_str().unwrap().contains("\n\n"),
+        "two-paragraph context"
+    );
+    let pending_id = bundle["pending_id"].as_str().unwrap();
+    // L12: bad responses are refused before any write.
+    for bad in [
+        json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
+        json!({ "answers": [{ "question_id": "db", "selected_options": ["oracle"] }, { "question_id": "language", "selected_options": ["rust"] }, { "question_id": "deploy", "selected_options": ["vm"] }] }),
+        json!({ "rejected": true, "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
+        json!({ "answers": [{ "question_id": "db", "selected_options": [], "custom_text": "x".repeat(2001) }, { "question_id": "language", "selected_options": ["rust"] }, { "question_id": "deploy", "selected_options": ["vm"] }] }),
+    ] {
+        let (status, body) = api
+            .post(
+                &format!("/api/v1/clarifications/{pending_id}/respond"),
+                bad.clone(),
+            )
+            .await;
+        assert_eq!(status, 400, "{bad} → {body}");
+        assert_eq!(body["error"]["code"], "bad_request");
+    }
+    assert_eq!(
+        api.get(&format!("/api/v1/clarifications/{pending_id}"))
+            .await
+            .1["status"],
+        "pending",
+        "I5: nothing written"
+    );
+    let (status, r) = api
+        .post(
+            &format!("/api/v1/clarifications/{pending_id}/respond"),
+            json!({ "rejected": true, "reject_reason": "later" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["status"], "rejected");
+    wait_turns_done(&api, &session, 1).await;
+    let last = texts(&messages(&api, &session).await).pop().unwrap();
+    assert_eq!(
+        last.1,
+        r#"You answered: {"rejected":true,"reject_reason":"later"}"#
+    );
+    assert_eq!(
+        api.post(
+            "/api/v1/clarifications/nope/respond",
+            json!({ "rejected": true })
+        )
+        .await
+        .0,
+        404
+    );
+    server.stop().await;
+}
+
+const SHORT_TIMEOUT: &str = r#"e2e:ask-timeout(300, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})"#;
+
+async fn scenario_clarification_timeout_detaches_and_resumes_once(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = start(&api, SHORT_TIMEOUT).await;
+    wait_turns_done(&api, &session, 1).await;
+    let bundle = wait_bundle(&api, &session).await;
+    let pending_id = bundle["pending_id"].as_str().unwrap().to_string();
+    let b = api
+        .wait_for(
+            &format!("/api/v1/clarifications/{pending_id}"),
+            "detached",
+            |b| b["detached"] == true,
+        )
+        .await;
+    assert_eq!(
+        (b["status"].as_str(), b["active"].as_bool()),
+        (Some("pending"), Some(true)),
+        "detached questions stay answerable"
+    );
+    let last = texts(&messages(&api, &session).await).pop().unwrap();
+    assert_eq!(last.1, "Question timed out, continuing without answer.");
+    assert_eq!(
+        session_state(&api, &task, &session).await["pending_action"],
+        "clarification"
+    );
+
+    // L17: a detached answer resumes the agent in a new turn, exactly once.
+    let (status, r) = api
+        .post(&format!("/api/v1/clarifications/{pending_id}/respond"), json!({ "answers": [{ "question_id": "db", "selected_options": [], "custom_text": "use sqlite please" }] }))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["claimed"], true);
+    wait_turns_done(&api, &session, 2).await;
+    let msgs = messages(&api, &session).await;
+    let resumed: Vec<_> = msgs
+        .iter()
+        .filter(|m| m["content"].as_str().unwrap().contains("use sqlite please"))
+        .collect();
+    assert_eq!(
+        resumed.len(),
+        1,
+        "one resume, and no invented user message: {msgs:#?}"
+    );
+    assert_eq!(resumed[0]["author"], "agent");
+    assert_eq!(
+        api.get(&format!("/api/v1/clarifications/{pending_id}"))
+            .await
+            .1["status"],
+        "answered"
+    );
+    server.stop().await;
+}
+
+async fn scenario_permission(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = start(&api, "/e2e:permission").await;
+    let msgs = api
+        .wait_for(
+            &format!("/api/v1/sessions/{session}/messages"),
+            "a permission request",
+            |v| {
+                v["messages"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m["kind"] == "permission_request"))
+            },
+        )
+        .await;
+    let request = msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["kind"] == "permission_request")
+        .unwrap()
+        .clone();
+    let permission_id = request["pending_id"].as_str().unwrap();
+    assert_eq!(
+        session_state(&api, &task, &session).await["pending_action"],
+        "permission"
+    );
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{task}")).await.1["task_pending_action"],
+        "permission"
+    );
+    assert_eq!(
+        api.post(
+            &format!("/api/v1/permissions/{permission_id}/respond"),
+            json!({ "option_id": "nope" })
+        )
+        .await
+        .0,
+        400
+    );
+    let (status, r) = api
+        .post(
+            &format!("/api/v1/permissions/{permission_id}/respond"),
+            json!({ "option_id": "allow" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    wait_turns_done(&api, &session, 1).await;
+    let last = texts(&messages(&api, &session).await).pop().unwrap();
+    assert_eq!(last.1, "Permission outcome: selected allow");
+    assert_eq!(
+        api.post(
+            &format!("/api/v1/permissions/{permission_id}/respond"),
+            json!({ "cancelled": true })
+        )
+        .await
+        .0,
+        409
+    );
+    server.stop().await;
+}
+
+async fn l20_prompt_after_detached_question_supersedes_it(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = start(&api, SHORT_TIMEOUT).await;
+    wait_turns_done(&api, &session, 1).await;
+    let pending_id = wait_bundle(&api, &session).await["pending_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    api.wait_for(
+        &format!("/api/v1/clarifications/{pending_id}"),
+        "detached",
+        |b| b["detached"] == true,
+    )
+    .await;
+    api.post(
+        &format!("/api/v1/sessions/{session}/prompt"),
+        json!({ "content": "never mind" }),
+    )
+    .await;
+    wait_turns_done(&api, &session, 2).await;
+    let b = api
+        .get(&format!("/api/v1/clarifications/{pending_id}"))
+        .await
+        .1;
+    assert_eq!(
+        (b["status"].as_str(), b["active"].as_bool()),
+        (Some("pending"), Some(false)),
+        "L5: superseded, raw status kept"
+    );
+    assert_eq!(
+        session_state(&api, &task, &session).await["pending_action"],
+        Value::Null
+    );
+    let (status, _) = api
+        .post(
+            &format!("/api/v1/clarifications/{pending_id}/respond"),
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
+        )
+        .await;
+    assert_eq!(status, 409, "L14: superseded → 409");
+    assert_eq!(
+        api.get(&format!("/api/v1/clarifications/{pending_id}"))
+            .await
+            .1["status"],
+        "pending",
+        "I5: nothing written"
+    );
+    server.stop().await;
+}
+
+async fn n3_workflow_waits_for_the_question_and_advances_after(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, wf) = api
+        .post("/api/v1/workflows", json!({ "name": "two steps", "steps": [{ "name": "Work", "on_turn_complete": "move_to_next" }, { "name": "Review" }] }))
+        .await;
+    let (work, review) = (wf["steps"][0]["id"].clone(), wf["steps"][1]["id"].clone());
+    // A clean turn advances the task.
+    let (_, plain) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "plain", "workflow_id": wf["id"], "prompt": "/e2e:simple-message" }),
+        )
+        .await;
+    api.wait_for(
+        &format!("/api/v1/tasks/{}", plain["id"].as_str().unwrap()),
+        "advance",
+        |t| t["step_id"] == review,
+    )
+    .await;
+    // A turn that ends with an active (detached) question does not (I6) ...
+    let (_, asked) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "asked", "workflow_id": wf["id"], "prompt": SHORT_TIMEOUT }),
+        )
+        .await;
+    let (task, session) = (
+        asked["id"].as_str().unwrap().to_string(),
+        asked["primary_session_id"].as_str().unwrap().to_string(),
+    );
+    wait_turns_done(&api, &session, 1).await;
+    let pending_id = wait_bundle(&api, &session).await["pending_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{task}")).await.1["step_id"],
+        work
+    );
+    // ... until a detached rejection releases the barrier (L16) and the deferred action runs.
+    let (status, _) = api
+        .post(
+            &format!("/api/v1/clarifications/{pending_id}/respond"),
+            json!({ "rejected": true }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{task}")).await.1["step_id"],
+        review
+    );
+    let turns = api
+        .get(&format!("/api/v1/sessions/{session}/turns"))
+        .await
+        .1;
+    assert_eq!(
+        turns["turns"].as_array().unwrap().len(),
+        1,
+        "I4: a rejection never wakes the agent"
+    );
+    server.stop().await;
+}
+
+async fn bad_prompts_get_clear_errors(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (status, body) = api
+        .post("/api/v1/tasks", json!({ "title": "x", "prompt": "  " }))
+        .await;
+    assert_eq!(
+        (status.as_u16(), body["error"]["code"].as_str()),
+        (400, Some("bad_request"))
+    );
+    let (status, _) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "x", "prompt": "hi", "agent_profile_id": "nope" }),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        api.get("/api/v1/tasks").await.1["tasks"],
+        json!([]),
+        "nothing written"
+    );
+    assert_eq!(
+        api.post("/api/v1/sessions/nope/prompt", json!({ "content": "hi" }))
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        api.post("/api/v1/tasks/nope/sessions", json!({ "prompt": "hi" }))
+            .await
+            .0,
+        404
+    );
+    // MCP: no token or a wrong one is 401.
+    let r = api
+        .client
+        .post(format!("{}/mcp", server.base))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = api
+        .client
+        .post(format!("{}/mcp", server.base))
+        .bearer_auth("wrong")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // Invalid tool input: a tool error the agent reports, and no bundle written.
+    let (_, session) = start(&api, r#"e2e:ask({"questions": []})"#).await;
+    wait_turns_done(&api, &session, 1).await;
+    let msgs = messages(&api, &session).await;
+    let last = texts(&msgs).pop().unwrap();
+    assert!(
+        last.1.starts_with("The question failed:") && last.1.contains("1–4"),
+        "{last:?}"
+    );
+    assert!(msgs.iter().all(|m| m["kind"] != "clarification_request"));
+    server.stop().await;
+}
