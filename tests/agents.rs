@@ -621,3 +621,151 @@ async fn bad_prompts_get_clear_errors(url: String) {
     assert!(msgs.iter().all(|m| m["kind"] != "clarification_request"));
     server.stop().await;
 }
+
+both_http!(
+    scenario_clarification_timeout_5s,
+    agent_crash_fails_the_session_with_the_reason,
+    cancel_ends_the_open_turn,
+    primary_session_can_change,
+);
+
+async fn scenario_clarification_timeout_5s(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_task, session) = start(&api, "/e2e:clarification-timeout").await;
+    let bundle = wait_bundle(&api, &session).await;
+    assert_eq!(bundle["detached"], false, "live while the agent waits");
+    let turns = api
+        .wait_for(
+            &format!("/api/v1/sessions/{session}/turns"),
+            "the turn to complete",
+            |v| v["turns"][0]["completed_at"].is_string(),
+        )
+        .await;
+    assert_eq!(turns["turns"].as_array().unwrap().len(), 1);
+    let b = api
+        .get(&format!(
+            "/api/v1/clarifications/{}",
+            bundle["pending_id"].as_str().unwrap()
+        ))
+        .await
+        .1;
+    assert_eq!(
+        (
+            b["detached"].as_bool(),
+            b["active"].as_bool(),
+            b["status"].as_str()
+        ),
+        (Some(true), Some(true), Some("pending"))
+    );
+    let last = texts(&messages(&api, &session).await).pop().unwrap();
+    assert_eq!(last.1, "Question timed out, continuing without answer.");
+    server.stop().await;
+}
+
+async fn agent_crash_fails_the_session_with_the_reason(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = start(&api, "e2e:message(\"about to crash\")\ne2e:exit(3)").await;
+    let s = api
+        .wait_for(
+            &format!("/api/v1/tasks/{task}/sessions"),
+            "a failed session",
+            |v| v["sessions"][0]["state"] == "failed",
+        )
+        .await;
+    assert!(s["sessions"][0]["completed_at"].is_string());
+    let msgs = messages(&api, &session).await;
+    let error = msgs
+        .iter()
+        .find(|m| m["kind"] == "error")
+        .expect("the reason is shown");
+    assert!(
+        error["content"].as_str().unwrap().contains("exit"),
+        "{error}"
+    );
+    // The server keeps running, and a failed session takes no prompts.
+    assert_eq!(api.get("/healthz").await.0, 200);
+    assert_eq!(
+        api.post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "again" })
+        )
+        .await
+        .0,
+        409
+    );
+    // A profile whose command does not exist fails the same way.
+    let (_, profile) = api
+        .post(
+            "/api/v1/agent-profiles",
+            json!({ "name": "missing", "command": "/nonexistent/agent" }),
+        )
+        .await;
+    let (_, t2) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "x", "prompt": "hi", "agent_profile_id": profile["id"] }),
+        )
+        .await;
+    api.wait_for(
+        &format!("/api/v1/tasks/{}/sessions", t2["id"].as_str().unwrap()),
+        "failed",
+        |v| v["sessions"][0]["state"] == "failed",
+    )
+    .await;
+    server.stop().await;
+}
+
+async fn cancel_ends_the_open_turn(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = start(&api, "e2e:delay(200)\ne2e:message(\"should not be said\")").await;
+    api.wait_for(&format!("/api/v1/tasks/{task}/sessions"), "running", |v| {
+        v["sessions"][0]["state"] == "running"
+    })
+    .await;
+    assert_eq!(
+        api.post(&format!("/api/v1/sessions/{session}/cancel"), json!({}))
+            .await
+            .0,
+        200
+    );
+    wait_turns_done(&api, &session, 1).await;
+    assert!(
+        texts(&messages(&api, &session).await)
+            .iter()
+            .all(|(_, t)| t != "should not be said")
+    );
+    server.stop().await;
+}
+
+async fn primary_session_can_change(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, first) = start(&api, "/e2e:simple-message").await;
+    let (status, second) = api
+        .post(
+            &format!("/api/v1/tasks/{task}/sessions"),
+            json!({ "prompt": "/e2e:simple-message" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["is_primary"], false);
+    let second = second["id"].as_str().unwrap().to_string();
+    let (status, s) = api
+        .post(&format!("/api/v1/sessions/{second}/primary"), json!({}))
+        .await;
+    assert_eq!(
+        (status.as_u16(), s["is_primary"].as_bool()),
+        (200, Some(true))
+    );
+    let t = api.get(&format!("/api/v1/tasks/{task}")).await.1;
+    assert_eq!(t["primary_session_id"], second.as_str());
+    assert_eq!(t["session_count"], 2);
+    let list = api.get(&format!("/api/v1/tasks/{task}/sessions")).await.1;
+    assert_eq!(list["sessions"][0]["id"], second.as_str(), "newest first");
+    assert_eq!(list["sessions"][1]["id"], first.as_str());
+    assert_eq!(list["sessions"][1]["is_primary"], false);
+    server.stop().await;
+}

@@ -128,6 +128,7 @@ async fn run_prompt(
         match step {
             Step::Say(s) => say(s),
             Step::Delay(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            Step::Exit(code) => std::process::exit(code),
             Step::Ask {
                 input,
                 timeout_ms,

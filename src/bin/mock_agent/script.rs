@@ -17,6 +17,8 @@ pub enum Step {
     },
     /// Request permission for a tool call and report the outcome.
     Permission,
+    /// Exit the process with this code (a crashing agent, for tests).
+    Exit(i32),
 }
 
 pub fn db_question() -> Value {
@@ -124,6 +126,11 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
                 args.trim()
                     .parse()
                     .map_err(|e| format!("line {n}: delay needs milliseconds: {e}"))?,
+            ),
+            "e2e:exit" => Step::Exit(
+                args.trim()
+                    .parse()
+                    .map_err(|e| format!("line {n}: exit needs a code: {e}"))?,
             ),
             "e2e:ask" => Step::Ask {
                 input: serde_json::from_str(args)

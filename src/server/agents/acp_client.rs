@@ -43,6 +43,13 @@ pub struct PermissionAsk {
     pub reply: oneshot::Sender<Option<String>>,
 }
 
+#[derive(Debug)]
+pub struct PromptFailure {
+    pub message: String,
+    /// The connection ended (the agent exited): `AgentEvent::Exited` follows with the reason.
+    pub connection_lost: bool,
+}
+
 /// What the agent did, in protocol order.
 #[derive(Debug)]
 pub enum AgentEvent {
@@ -53,8 +60,8 @@ pub enum AgentEvent {
         title: String,
     },
     Permission(PermissionAsk),
-    /// A `session/prompt` finished; `Err` when the request failed.
-    PromptDone(Result<String, String>),
+    /// A `session/prompt` finished with its stop reason, or failed.
+    PromptDone(Result<String, PromptFailure>),
     /// The agent process or its connection ended.
     Exited(String),
 }
@@ -86,7 +93,11 @@ impl AgentConnection {
                 .block_task()
                 .await
                 .map(|r| format!("{:?}", r.stop_reason))
-                .map_err(|e| e.to_string());
+                .map_err(|e| PromptFailure {
+                    connection_lost: agent_client_protocol::is_incoming_transport_closed(&e)
+                        || agent_client_protocol::is_connection_terminated(&e),
+                    message: e.to_string(),
+                });
             let _ = events.send(AgentEvent::PromptDone(result));
         });
     }

@@ -4,4 +4,6 @@
 
 mod acp_client;
 
-pub use acp_client::{AgentConnection, AgentEvent, LaunchSpec, PermissionAsk, launch};
+pub use acp_client::{
+    AgentConnection, AgentEvent, LaunchSpec, PermissionAsk, PromptFailure, launch,
+};

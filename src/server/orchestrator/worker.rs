@@ -400,12 +400,18 @@ impl Worker {
         Ok(())
     }
 
-    async fn finish_turn(&mut self, result: Result<String, String>) {
+    async fn finish_turn(&mut self, result: Result<String, agents::PromptFailure>) {
         let Some(turn_id) = self.open_turn.take() else {
             return;
         };
         let now = self.state.clock.now();
-        if let Err(reason) = &result {
+        if let Err(failure) = &result {
+            if failure.connection_lost {
+                // The agent is gone: `Exited` follows and fails the session with the reason.
+                self.open_turn = Some(turn_id);
+                return;
+            }
+            let reason = &failure.message;
             let _ = self
                 .state
                 .repo
