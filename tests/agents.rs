@@ -769,3 +769,54 @@ async fn primary_session_can_change(url: String) {
     assert_eq!(list["sessions"][1]["is_primary"], false);
     server.stop().await;
 }
+
+both_http!(n3_repository_error_keeps_the_workflow_closed);
+
+async fn n3_repository_error_keeps_the_workflow_closed(url: String) {
+    use turnstile::server::orchestrator::workflow::on_turn_complete;
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let steps = json!([{ "name": "A", "on_turn_complete": "move_to_next" }, { "name": "B", "on_turn_complete": "move_to_next" }, { "name": "C" }]);
+    let (_, wf) = api
+        .post(
+            "/api/v1/workflows",
+            json!({ "name": "three", "steps": steps }),
+        )
+        .await;
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "t", "workflow_id": wf["id"], "prompt": "/e2e:simple-message" }),
+        )
+        .await;
+    let (task_id, session) = (
+        task["id"].as_str().unwrap().to_string(),
+        task["primary_session_id"].as_str().unwrap().to_string(),
+    );
+    api.wait_for(&format!("/api/v1/tasks/{task_id}"), "step B", |t| {
+        t["step_id"] == wf["steps"][1]["id"]
+    })
+    .await;
+    // The authority cannot answer: the guard fails closed.
+    support::raw_exec(
+        &url,
+        "ALTER TABLE clarification_bundles RENAME TO clarification_bundles_away",
+    )
+    .await;
+    assert!(!on_turn_complete(&server.state, &session, &task_id).await);
+    support::raw_exec(
+        &url,
+        "ALTER TABLE clarification_bundles_away RENAME TO clarification_bundles",
+    )
+    .await;
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{task_id}")).await.1["step_id"],
+        wf["steps"][1]["id"]
+    );
+    assert!(on_turn_complete(&server.state, &session, &task_id).await);
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{task_id}")).await.1["step_id"],
+        wf["steps"][2]["id"]
+    );
+    server.stop().await;
+}

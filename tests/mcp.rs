@@ -1,0 +1,195 @@
+//! The MCP tool contract with a real rmcp client (spec/api.md MCP): identical repeat calls
+//! share one bundle (L8), progress while waiting (L7), cancellation detaches (L9).
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, ProgressNotificationParam};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use support::{Api, TestServer};
+use turnstile::server::orchestrator::sessions::hash_token;
+
+#[derive(Clone, Default)]
+struct Progress(Arc<AtomicUsize>);
+
+impl ClientHandler for Progress {
+    async fn on_progress(
+        &self,
+        _p: ProgressNotificationParam,
+        _cx: NotificationContext<RoleClient>,
+    ) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+type Client = Arc<RunningService<RoleClient, Progress>>;
+
+/// A session with an open turn (its agent is busy for a while) and an MCP client holding a
+/// token we chose for it.
+async fn session_with_client(server: &TestServer, api: &Api) -> (String, Client, Progress) {
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "mcp", "prompt": "e2e:delay(60000)" }),
+        )
+        .await;
+    let task_id = task["id"].as_str().unwrap().to_string();
+    let session = task["primary_session_id"].as_str().unwrap().to_string();
+    api.wait_for(
+        &format!("/api/v1/tasks/{task_id}/sessions"),
+        "running",
+        |v| v["sessions"][0]["state"] == "running",
+    )
+    .await;
+    let token = "test-token-0123456789";
+    server
+        .state
+        .repo
+        .set_mcp_token_hash(&session, &hash_token(token))
+        .await
+        .unwrap();
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", server.base))
+        .auth_header(token);
+    let progress = Progress::default();
+    let client = progress
+        .clone()
+        .serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .expect("MCP client");
+    (session, Arc::new(client), progress)
+}
+
+fn question(prompt: &str) -> Value {
+    json!({ "questions": [{ "id": "db", "prompt": prompt, "options": [{ "id": "a", "label": "A" }, { "id": "b", "label": "B" }] }] })
+}
+
+fn call(client: &Client, args: Value) -> tokio::task::JoinHandle<CallToolResult> {
+    let client = client.clone();
+    tokio::spawn(async move {
+        client
+            .call_tool(
+                CallToolRequestParams::new("ask_user_question")
+                    .with_arguments(rmcp::model::object(args)),
+            )
+            .await
+            .expect("tool call")
+    })
+}
+
+async fn bundles(api: &Api, session: &str) -> Vec<String> {
+    let msgs = api
+        .get(&format!("/api/v1/sessions/{session}/messages"))
+        .await
+        .1;
+    msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["kind"] == "clarification_request")
+        .map(|m| m["pending_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn wait_bundles(api: &Api, session: &str, n: usize) -> Vec<String> {
+    api.wait_for(
+        &format!("/api/v1/sessions/{session}/messages"),
+        &format!("{n} bundles"),
+        |v| {
+            v["messages"].as_array().is_some_and(|m| {
+                m.iter()
+                    .filter(|m| m["kind"] == "clarification_request")
+                    .count()
+                    == n
+            })
+        },
+    )
+    .await;
+    bundles(api, session).await
+}
+
+both_http!(
+    l8_identical_repeat_call_shares_the_bundle_and_l7_progress_flows,
+    l9_cancelled_call_detaches_its_bundle
+);
+
+async fn l8_identical_repeat_call_shares_the_bundle_and_l7_progress_flows(url: String) {
+    let server =
+        TestServer::start_with(&url, |rt| rt.ask_keepalive = Duration::from_millis(30)).await;
+    let api = Api::new(&server.base);
+    let (session, client, progress) = session_with_client(&server, &api).await;
+    let first = call(&client, question("Which one?"));
+    let ids = wait_bundles(&api, &session, 1).await;
+    let second = call(&client, question("Which one?"));
+    // The first call hands its wait over to the identical second one.
+    let handed_over = first.await.unwrap();
+    assert_eq!(handed_over.is_error, Some(true));
+    assert_eq!(
+        bundles(&api, &session).await,
+        ids,
+        "L8: no duplicate bundle"
+    );
+    // L7: progress notifications keep the waiting call alive.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while progress.0.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no progress notification"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, _) = api
+        .post(
+            &format!("/api/v1/clarifications/{}/respond", ids[0]),
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["b"] }] }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let answer = second.await.unwrap();
+    assert_eq!(
+        answer.structured_content,
+        Some(json!({ "db": { "selected_option": "b" } }))
+    );
+    // A different question is a new bundle.
+    let third = call(&client, question("Another one?"));
+    wait_bundles(&api, &session, 2).await;
+    third.abort();
+    server.stop().await;
+}
+
+async fn l9_cancelled_call_detaches_its_bundle(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (session, client, _) = session_with_client(&server, &api).await;
+    let args = rmcp::model::object(question("Cancel me?"));
+    let c = client.clone();
+    let timed_out = tokio::spawn(async move {
+        tokio::time::timeout(
+            Duration::from_millis(300),
+            c.call_tool(CallToolRequestParams::new("ask_user_question").with_arguments(args)),
+        )
+        .await
+        .is_err()
+    });
+    let ids = wait_bundles(&api, &session, 1).await;
+    assert!(timed_out.await.unwrap(), "the client gave up");
+    let b = api
+        .wait_for(
+            &format!("/api/v1/clarifications/{}", ids[0]),
+            "detached",
+            |b| b["detached"] == true,
+        )
+        .await;
+    assert_eq!(
+        (b["active"].as_bool(), b["status"].as_str()),
+        (Some(true), Some("pending")),
+        "detached stays answerable"
+    );
+    server.stop().await;
+}

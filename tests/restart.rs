@@ -1,0 +1,186 @@
+//! Restart (issue: agents, item 6; L9, I8): the real server binary is killed while a question
+//! waits; after a restart the question is detached and still answerable, and an answer or a
+//! prompt relaunches the agent.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::Api;
+
+struct Server {
+    child: tokio::process::Child,
+    api: Api,
+}
+
+async fn spawn_server(database_url: &str, data_dir: &std::path::Path) -> Server {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args([
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--database-url",
+            database_url,
+        ])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--mock-agent")
+        .arg(env!("CARGO_BIN_EXE_mock_agent"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the server binary");
+    let api = Api::new(&format!("http://127.0.0.1:{port}"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = api.client.get(format!("{}/healthz", api.base)).send().await
+            && r.status() == 200
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server did not become healthy"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Server { child, api }
+}
+
+both_http!(killed_server_keeps_the_question_answerable_and_relaunches_the_agent);
+
+async fn killed_server_keeps_the_question_answerable_and_relaunches_the_agent(url: String) {
+    let data = support::temp_dir("restart");
+    let mut first = spawn_server(&url, &data).await;
+    let (_, task) = first
+        .api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "restart", "prompt": "/e2e:clarification" }),
+        )
+        .await;
+    let task_id = task["id"].as_str().unwrap().to_string();
+    let session = task["primary_session_id"].as_str().unwrap().to_string();
+    let msgs = first
+        .api
+        .wait_for(
+            &format!("/api/v1/sessions/{session}/messages"),
+            "the question",
+            |v| {
+                v["messages"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m["kind"] == "clarification_request"))
+            },
+        )
+        .await;
+    let pending_id = msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["kind"] == "clarification_request")
+        .unwrap()["pending_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        first
+            .api
+            .get(&format!("/api/v1/clarifications/{pending_id}"))
+            .await
+            .1["detached"],
+        false
+    );
+    first.child.kill().await.expect("kill the server");
+
+    let second = spawn_server(&url, &data).await;
+    let api = &second.api;
+    let b = api
+        .get(&format!("/api/v1/clarifications/{pending_id}"))
+        .await
+        .1;
+    assert_eq!(
+        (
+            b["detached"].as_bool(),
+            b["active"].as_bool(),
+            b["status"].as_str()
+        ),
+        (Some(true), Some(true), Some("pending"))
+    );
+    let sessions = api
+        .get(&format!("/api/v1/tasks/{task_id}/sessions"))
+        .await
+        .1;
+    assert_eq!(sessions["sessions"][0]["state"], "waiting_for_input");
+    assert_eq!(sessions["sessions"][0]["pending_action"], "clarification");
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{task_id}")).await.1["status_summary"]["pending_action"],
+        "clarification",
+        "I2 after restart"
+    );
+    let turns = api
+        .get(&format!("/api/v1/sessions/{session}/turns"))
+        .await
+        .1;
+    assert!(turns["turns"][0]["completed_at"].is_string());
+
+    // The detached answer relaunches the agent and resumes it once (L17).
+    let (status, r) = api
+        .post(
+            &format!("/api/v1/clarifications/{pending_id}/respond"),
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["postgresql"] }] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let done = |n: usize| {
+        move |v: &Value| {
+            v["turns"]
+                .as_array()
+                .is_some_and(|t| t.len() == n && t.iter().all(|t| t["completed_at"].is_string()))
+        }
+    };
+    api.wait_for(
+        &format!("/api/v1/sessions/{session}/turns"),
+        "the resume turn",
+        done(2),
+    )
+    .await;
+    // A prompt works on the relaunched agent.
+    api.post(
+        &format!("/api/v1/sessions/{session}/prompt"),
+        json!({ "content": "hello again" }),
+    )
+    .await;
+    api.wait_for(
+        &format!("/api/v1/sessions/{session}/turns"),
+        "the prompt turn",
+        done(3),
+    )
+    .await;
+    let msgs = api
+        .get(&format!("/api/v1/sessions/{session}/messages"))
+        .await
+        .1;
+    let agent: Vec<&str> = msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["author"] == "agent")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert!(agent.iter().any(|t| t.contains("postgresql")), "{agent:?}");
+    assert_eq!(agent.last(), Some(&"Echo: hello again"));
+    api.wait_for(
+        &format!("/api/v1/tasks/{task_id}"),
+        "the question to clear",
+        |t| t["task_pending_action"].is_null(),
+    )
+    .await;
+}
