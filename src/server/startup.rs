@@ -76,6 +76,13 @@ pub async fn build_state(
 ) -> RepoResult<AppState> {
     let epoch = repo.bump_epoch().await?;
     seed(repo.as_ref(), clock.now()).await?;
+    let recovered = crate::server::clarification::recovery::recover(repo.as_ref()).await?;
+    if recovered != Default::default() {
+        tracing::info!(
+            ?recovered,
+            "recovered interrupted clarification deliveries (L19)"
+        );
+    }
     let state = AppState {
         leptos_options,
         repo,

@@ -3,4 +3,5 @@
 
 pub mod ask;
 pub mod asking;
+pub mod recovery;
 pub mod respond;

@@ -356,6 +356,10 @@ pub trait Repository: Send + Sync + 'static {
     ) -> RepoResult<TurnRecord>;
     async fn mark_attempted(&self, turn_id: &str) -> RepoResult<bool>;
     async fn publish_turn(&self, turn_id: &str) -> RepoResult<bool>;
+    /// L19 start-up: every resume turn still marked `reserved` or `attempted`.
+    async fn unpublished_reservations(&self) -> RepoResult<Vec<TurnRecord>>;
+    /// L19 start-up: bundles whose claimed answer was never handed over.
+    async fn bundles_pending_delivery(&self) -> RepoResult<Vec<BundleRecord>>;
     /// Deletes a reservation that was never attempted nor referenced (L18/L19).
     async fn delete_reservation(&self, turn_id: &str) -> RepoResult<bool>;
 }

@@ -894,6 +894,23 @@ macro_rules! impl_repository {
                 Ok(done.rows_affected() > 0)
             }
 
+            async fn unpublished_reservations(&self) -> RepoResult<Vec<TurnRecord>> {
+                Ok(sqlx::query_as::<$db, TurnRecord>(stmt!(
+                    "SELECT {TURN_COLUMNS} FROM turns WHERE reservation <> 'none' ORDER BY started_at, created_at, id"
+                ))
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
+            async fn bundles_pending_delivery(&self) -> RepoResult<Vec<BundleRecord>> {
+                Ok(sqlx::query_as::<$db, BundleRecord>(stmt!(
+                    "SELECT {BUNDLE_COLUMNS} FROM clarification_bundles WHERE delivery_pending = TRUE \
+                     ORDER BY created_at, pending_id"
+                ))
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
             async fn delete_reservation(&self, turn_id: &str) -> RepoResult<bool> {
                 let done = sqlx::query::<$db>(
                     "DELETE FROM turns WHERE id = $1 AND reservation = 'reserved' \
