@@ -13,11 +13,12 @@ use turnstile::server::repo::{Claim, ClaimOutcome};
 const SHORT_TIMEOUT: &str = r#"e2e:ask-timeout(300, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})"#;
 
 #[derive(Clone, Copy, Debug)]
+/// The last durable step before the crash.
 enum CrashAt {
-    AfterClaim,
-    AfterReserve,
-    AfterAttempted,
-    AfterPublish,
+    Claim,
+    Reserve,
+    Attempted,
+    Publish,
 }
 
 /// A session whose current turn holds a detached, active question; returns (task, session,
@@ -77,15 +78,15 @@ async fn crash_story(url: String, at: CrashAt) {
         repo.claim_bundle(&pending_id, &claim, now).await.unwrap(),
         ClaimOutcome::Claimed(_)
     ));
-    if !matches!(at, CrashAt::AfterClaim) {
+    if !matches!(at, CrashAt::Claim) {
         let turn = repo
             .reserve_turn(&session, &pending_id, now + 1)
             .await
             .unwrap();
-        if matches!(at, CrashAt::AfterAttempted | CrashAt::AfterPublish) {
+        if matches!(at, CrashAt::Attempted | CrashAt::Publish) {
             assert!(repo.mark_attempted(&turn.id).await.unwrap());
         }
-        if matches!(at, CrashAt::AfterPublish) {
+        if matches!(at, CrashAt::Publish) {
             assert!(repo.publish_turn(&turn.id).await.unwrap());
         }
     }
@@ -123,7 +124,7 @@ async fn crash_story(url: String, at: CrashAt) {
             .is_empty()
     );
     match at {
-        CrashAt::AfterClaim | CrashAt::AfterReserve => {
+        CrashAt::Claim | CrashAt::Reserve => {
             // Not yet accepted: the question is pending and answerable again (no question lost).
             assert_eq!(
                 (bundle["status"].as_str(), bundle["active"].as_bool()),
@@ -151,7 +152,7 @@ async fn crash_story(url: String, at: CrashAt) {
             )
             .await;
         }
-        CrashAt::AfterAttempted | CrashAt::AfterPublish => {
+        CrashAt::Attempted | CrashAt::Publish => {
             // Accepted: the answer is final (no answer lost) and the resume turn is current.
             assert_eq!(
                 (bundle["status"].as_str(), bundle["active"].as_bool()),
@@ -179,16 +180,16 @@ async fn crash_story(url: String, at: CrashAt) {
 }
 
 async fn l19_crash_after_claim(url: String) {
-    crash_story(url, CrashAt::AfterClaim).await;
+    crash_story(url, CrashAt::Claim).await;
 }
 async fn l19_crash_between_claim_and_dispatch(url: String) {
-    crash_story(url, CrashAt::AfterReserve).await;
+    crash_story(url, CrashAt::Reserve).await;
 }
 async fn l19_crash_between_attempted_and_publish(url: String) {
-    crash_story(url, CrashAt::AfterAttempted).await;
+    crash_story(url, CrashAt::Attempted).await;
 }
 async fn l19_crash_after_publish(url: String) {
-    crash_story(url, CrashAt::AfterPublish).await;
+    crash_story(url, CrashAt::Publish).await;
 }
 
 both_http!(
