@@ -366,30 +366,35 @@ async fn p6_competing_revision_is_rebased_without_losing_fields(url: String) {
     let repo = s.state.repo.clone();
     let fired = Arc::new(AtomicU32::new(0));
     let f = fired.clone();
-    s.state.hooks.set_before_summary_cas(move |task_id| {
-        let repo = repo.clone();
-        let f = f.clone();
-        async move {
-            if f.fetch_add(1, Ordering::SeqCst) == 0 {
-                let cur = repo.get_summary(&task_id).await.unwrap().unwrap();
-                let body = SummaryBody {
-                    queued_prompt_count: 3,
-                    pending_action: None,
-                    ..cur.body.clone()
-                };
-                assert!(matches!(
-                    repo.cas_summary(&task_id, Some(cur.revision), &body, 1)
-                        .await
-                        .unwrap(),
-                    CasOutcome::Written { .. }
-                ));
+    s.state.hooks.set(
+        turnstile::server::hooks::Point::BeforeSummaryCas,
+        move |task_id| {
+            let repo = repo.clone();
+            let f = f.clone();
+            async move {
+                if f.fetch_add(1, Ordering::SeqCst) == 0 {
+                    let cur = repo.get_summary(&task_id).await.unwrap().unwrap();
+                    let body = SummaryBody {
+                        queued_prompt_count: 3,
+                        pending_action: None,
+                        ..cur.body.clone()
+                    };
+                    assert!(matches!(
+                        repo.cas_summary(&task_id, Some(cur.revision), &body, 1)
+                            .await
+                            .unwrap(),
+                        CasOutcome::Written { .. }
+                    ));
+                }
             }
-        }
-    });
+        },
+    );
     let got = refresh_task(&s.state, &s.task, Scope::Full, None)
         .await
         .unwrap();
-    s.state.hooks.clear();
+    s.state
+        .hooks
+        .clear(turnstile::server::hooks::Point::BeforeSummaryCas);
     assert_eq!(
         fired.load(Ordering::SeqCst),
         2,
@@ -423,20 +428,23 @@ async fn p6_exhausted_retries_invalidate_and_reads_fall_back(url: String) {
         .unwrap();
     // Every attempt loses: a competitor always bumps the revision first.
     let repo = s.state.repo.clone();
-    s.state.hooks.set_before_summary_cas(move |task_id| {
-        let repo = repo.clone();
-        async move {
-            let cur = repo.get_summary(&task_id).await.unwrap().unwrap();
-            let body = SummaryBody {
-                pending_action: None,
-                queued_prompt_count: cur.body.queued_prompt_count + 1,
-                ..cur.body
-            };
-            repo.cas_summary(&task_id, Some(cur.revision), &body, 1)
-                .await
-                .unwrap();
-        }
-    });
+    s.state.hooks.set(
+        turnstile::server::hooks::Point::BeforeSummaryCas,
+        move |task_id| {
+            let repo = repo.clone();
+            async move {
+                let cur = repo.get_summary(&task_id).await.unwrap().unwrap();
+                let body = SummaryBody {
+                    pending_action: None,
+                    queued_prompt_count: cur.body.queued_prompt_count + 1,
+                    ..cur.body
+                };
+                repo.cas_summary(&task_id, Some(cur.revision), &body, 1)
+                    .await
+                    .unwrap();
+            }
+        },
+    );
     let err = refresh_task(&s.state, &s.task, Scope::Full, None)
         .await
         .unwrap_err();
@@ -471,7 +479,9 @@ async fn p6_exhausted_retries_invalidate_and_reads_fall_back(url: String) {
     assert_eq!(task["status_summary"], Value::Null);
     assert_eq!(task["status_summary_invalidated"], true);
     assert_eq!(task["task_pending_action"], "clarification");
-    s.state.hooks.clear();
+    s.state
+        .hooks
+        .clear(turnstile::server::hooks::Point::BeforeSummaryCas);
     let task: Value = client
         .get(server.url(&format!("/api/v1/tasks/{}", s.task)))
         .send()

@@ -7,7 +7,8 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::model::{Answer, AppError, BundleStatus, Response};
-use crate::server::orchestrator::worker::{self, Command};
+use crate::server::hooks::Point;
+use crate::server::orchestrator::worker::{self, Command, Resume};
 use crate::server::orchestrator::{publish, workflow};
 use crate::server::repo::{BundleRecord, Claim, ClaimOutcome, StoredBundle};
 use crate::server::state::AppState;
@@ -186,6 +187,7 @@ pub async fn respond(
     } else {
         "clarification.answered"
     };
+    state.hooks.run(Point::AfterClaim, pending_id).await;
     // L15: a live waiter gets the answer and the agent continues in the same turn.
     if let Some(waiter) = state.runtime.waiters.take(pending_id) {
         match waiter.send(response.clone()) {
@@ -249,8 +251,9 @@ pub fn resume_prompt(bundle: &StoredBundle, response: &Response) -> String {
     lines.join("\n")
 }
 
-/// L17/L18/L19: reserve, dispatch through the session worker (attempted right before), then
-/// publish. A failure before the agent accepted undoes the claim and is retryable.
+/// L17/L18/L19: reserve, then hand the resume to the session worker, which marks it attempted
+/// right before dispatch and publishes it after. A failure before acceptance undoes the claim
+/// and is retryable.
 async fn resume(
     state: &AppState,
     bundle: &StoredBundle,
@@ -262,12 +265,13 @@ async fn resume(
         .reserve_turn(&record.session_id, &record.pending_id, state.clock.now())
         .await?;
     let (reply, accepted) = oneshot::channel();
-    let dispatched =
-        worker::handle(state, &record.session_id, &record.task_id).send(Command::Resume {
-            turn_id: reservation.id.clone(),
-            prompt: resume_prompt(bundle, response),
-            reply,
-        });
+    let resume = Resume {
+        turn_id: reservation.id.clone(),
+        pending_id: record.pending_id.clone(),
+        prompt: resume_prompt(bundle, response),
+    };
+    let dispatched = worker::handle(state, &record.session_id, &record.task_id)
+        .send(Command::Resume { resume, reply });
     let outcome = match dispatched {
         Ok(()) => accepted
             .await
@@ -275,19 +279,8 @@ async fn resume(
         Err(e) => Err(e.to_string()),
     };
     match outcome {
-        Ok(()) => {
-            // After acceptance the answer is final, whatever fails next (L18).
-            if let Err(e) = state.repo.publish_turn(&reservation.id).await {
-                tracing::warn!(error = %e, "publishing the resume turn failed; recovery keeps it (attempted)");
-            }
-            if let Err(e) = state.repo.finalize_delivery(&record.pending_id).await {
-                tracing::warn!(error = %e, "finalizing the delivery failed");
-            }
-            if let Ok(Some(turn)) = state.repo.get_turn(&reservation.id).await {
-                publish::turn(state, "session.turn.started", &turn);
-            }
-            Ok(())
-        }
+        // Accepted (dispatched, or queued behind the open turn): the answer is final (L18).
+        Ok(()) => Ok(()),
         Err(reason) => {
             let _ = state.repo.delete_reservation(&reservation.id).await;
             let restored = state

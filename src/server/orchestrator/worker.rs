@@ -27,14 +27,23 @@ pub enum Command {
         content: String,
         reply: oneshot::Sender<Result<PromptAccepted, AppError>>,
     },
-    /// L17: dispatch a resume prompt in the reserved turn `turn_id`; replies once the agent
-    /// has the prompt (accepted) or with the reason it could not.
+    /// L17: a resume prompt in the reserved turn; replies once it is accepted: dispatched to
+    /// the agent, or queued behind the open turn (dispatched when it ends). `Err` means it was
+    /// not accepted and nothing changed in the worker.
     Resume {
-        turn_id: String,
-        prompt: String,
+        resume: Resume,
         reply: oneshot::Sender<Result<(), String>>,
     },
     Cancel,
+}
+
+/// A detached answer on its way to the agent (L17/L19).
+#[derive(Clone, Debug)]
+pub struct Resume {
+    /// The reserved turn.
+    pub turn_id: String,
+    pub pending_id: String,
+    pub prompt: String,
 }
 
 #[derive(Clone)]
@@ -65,6 +74,7 @@ pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandl
         agent: None,
         events_tx,
         queue: VecDeque::new(),
+        resumes: VecDeque::new(),
         open_turn: None,
         text: None,
         thought: None,
@@ -82,6 +92,8 @@ struct Worker {
     agent: Option<AgentConnection>,
     events_tx: mpsc::UnboundedSender<AgentEvent>,
     queue: VecDeque<String>,
+    /// Accepted resumes waiting for the open turn to end; they go before queued prompts.
+    resumes: VecDeque<Resume>,
     open_turn: Option<String>,
     /// The agent reply being streamed: (message id, content so far).
     text: Option<(String, String)>,
@@ -111,13 +123,13 @@ impl Worker {
                 let result = self.accept_prompt(content).await;
                 let _ = reply.send(result);
             }
-            Command::Resume {
-                turn_id,
-                prompt,
-                reply,
-            } => {
-                let result = self.dispatch_resume(turn_id, prompt).await;
-                let _ = reply.send(result);
+            Command::Resume { resume, reply } => {
+                if self.open_turn.is_some() {
+                    self.resumes.push_back(resume);
+                    let _ = reply.send(Ok(()));
+                } else {
+                    let _ = reply.send(self.dispatch_resume(resume).await);
+                }
             }
             Command::Cancel => {
                 if let (Some(agent), Some(_)) = (&self.agent, &self.open_turn) {
@@ -201,25 +213,62 @@ impl Worker {
         Ok(turn.id)
     }
 
-    async fn dispatch_resume(&mut self, turn_id: String, prompt: String) -> Result<(), String> {
-        if self.open_turn.is_some() {
-            return Err("the session is busy with another turn".into());
+    /// L19: attempted immediately before dispatch, published after; the answer is then final.
+    async fn dispatch_resume(&mut self, resume: Resume) -> Result<(), String> {
+        if let Err(reason) = self.ensure_agent().await {
+            let _ =
+                sessions::set_state(&self.state, &self.session_id, SessionState::WaitingForInput)
+                    .await;
+            return Err(reason);
         }
-        self.ensure_agent().await?;
-        // L19: attempted immediately before dispatch.
-        self.state
+        if !self
+            .state
             .repo
-            .mark_attempted(&turn_id)
+            .mark_attempted(&resume.turn_id)
             .await
-            .map_err(|e| e.to_string())?;
-        self.open_turn = Some(turn_id);
+            .map_err(|e| e.to_string())?
+        {
+            return Err("the resume turn is no longer reserved".into());
+        }
+        self.open_turn = Some(resume.turn_id.clone());
         self.text = None;
         self.thought = None;
-        let _ = sessions::set_state(&self.state, &self.session_id, SessionState::Running).await;
         if let Some(agent) = &self.agent {
-            agent.prompt(prompt);
+            agent.prompt(resume.prompt);
         }
+        // Accepted: from here on nothing undoes the answer (L18).
+        if let Err(e) = self.state.repo.publish_turn(&resume.turn_id).await {
+            tracing::warn!(error = %e, "publishing the resume turn failed; start-up recovery keeps it");
+        }
+        if let Err(e) = self.state.repo.finalize_delivery(&resume.pending_id).await {
+            tracing::warn!(error = %e, "finalizing the delivery failed; start-up recovery clears it");
+        }
+        if let Ok(Some(turn)) = self.state.repo.get_turn(&resume.turn_id).await {
+            publish::turn(&self.state, "session.turn.started", &turn);
+        }
+        let _ = sessions::set_state(&self.state, &self.session_id, SessionState::Running).await;
         Ok(())
+    }
+
+    /// L18 for a queued resume whose dispatch failed: the claim is undone and the question is
+    /// pending (and answerable) again.
+    async fn undo_resume(&self, resume: &Resume, reason: &str) {
+        tracing::warn!(session_id = %self.session_id, pending_id = %resume.pending_id, reason, "queued resume failed; restoring the question");
+        let _ = self.state.repo.delete_reservation(&resume.turn_id).await;
+        match self.state.repo.restore_bundle(&resume.pending_id).await {
+            Ok(true) => {
+                publish::bundles_by_id(
+                    &self.state,
+                    "clarification.restored",
+                    std::slice::from_ref(&resume.pending_id),
+                )
+                .await
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "restoring the question failed; start-up recovery restores it")
+            }
+        }
     }
 
     async fn ensure_agent(&mut self) -> Result<(), String> {
@@ -442,12 +491,13 @@ impl Worker {
         if let Ok(Some(turn)) = self.state.repo.get_turn(&turn_id).await {
             publish::turn(&self.state, "session.turn.completed", &turn);
         }
-        if let Ok(Some(t)) = self.state.repo.get_turn(&turn_id).await
-            && t.reservation == "attempted"
-        {
-            let _ = self.state.repo.publish_turn(&turn_id).await;
-        }
         workflow::on_turn_complete(&self.state, &self.session_id, &self.task_id).await;
+        while let Some(resume) = self.resumes.pop_front() {
+            match self.dispatch_resume(resume.clone()).await {
+                Ok(()) => return,
+                Err(reason) => self.undo_resume(&resume, &reason).await,
+            }
+        }
         if let Some(next) = self.queue.pop_front() {
             if let Err(e) = self.start_turn(next).await {
                 tracing::error!(error = %e, "cannot start the queued prompt");

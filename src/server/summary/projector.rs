@@ -63,7 +63,10 @@ pub async fn refresh_task(
             (Some(s), Scope::Full) => projection.apply(s.body.clone()),
             (None, _) => projection.apply(Default::default()),
         };
-        state.hooks.before_summary_cas(task_id).await;
+        state
+            .hooks
+            .run(crate::server::hooks::Point::BeforeSummaryCas, task_id)
+            .await;
         let now = state.clock.now();
         match state
             .repo
