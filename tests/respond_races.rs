@@ -1,0 +1,322 @@
+//! Forced interleavings of a response with what else can happen to its bundle (L13–L18).
+//! A hook pauses the responder right after it won the claim; the test then makes the other
+//! event happen and releases it. No sleeps decide the order.
+
+mod support;
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use support::{Api, TestServer, raw_exec};
+use tokio::sync::Semaphore;
+use turnstile::server::hooks::Point;
+
+const SLOW_TIMEOUT: &str = r#"e2e:ask-timeout(1500, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})"#;
+const SHORT_TIMEOUT: &str = r#"e2e:ask-timeout(300, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})"#;
+
+fn answer(option: &str) -> Value {
+    json!({ "answers": [{ "question_id": "db", "selected_options": [option] }] })
+}
+
+async fn pending_of(api: &Api, session: &str) -> String {
+    let msgs = api
+        .wait_for(
+            &format!("/api/v1/sessions/{session}/messages"),
+            "a question",
+            |v| {
+                v["messages"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m["kind"] == "clarification_request"))
+            },
+        )
+        .await;
+    msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["kind"] == "clarification_request")
+        .unwrap()["pending_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn turns_done(n: usize) -> impl Fn(&Value) -> bool {
+    move |v| {
+        v["turns"]
+            .as_array()
+            .is_some_and(|t| t.len() == n && t.iter().all(|t| t["completed_at"].is_string()))
+    }
+}
+
+async fn agent_lines(api: &Api, session: &str) -> Vec<String> {
+    let msgs = api
+        .get(&format!("/api/v1/sessions/{session}/messages"))
+        .await
+        .1;
+    msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["author"] == "agent")
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Pauses every responder after its claim until the returned gate gets a permit.
+fn gate_after_claim(server: &TestServer) -> Arc<Semaphore> {
+    let gate = Arc::new(Semaphore::new(0));
+    let g = gate.clone();
+    server.state.hooks.set(Point::AfterClaim, move |_| {
+        let g = g.clone();
+        async move { g.acquire().await.expect("gate").forget() }
+    });
+    gate
+}
+
+fn respond_in_background(
+    api: &Api,
+    pending_id: &str,
+    body: Value,
+) -> tokio::task::JoinHandle<(u16, Value)> {
+    let (client, url) = (
+        api.client.clone(),
+        format!("{}/api/v1/clarifications/{pending_id}/respond", api.base),
+    );
+    tokio::spawn(async move {
+        let r = client.post(url).json(&body).send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    })
+}
+
+both_http!(
+    claim_then_agent_gives_up_and_turn_completes_resumes_once,
+    claim_then_new_prompt_queues_the_resume_behind_it,
+    l18_resume_failing_before_acceptance_restores_the_question,
+);
+
+async fn claim_then_agent_gives_up_and_turn_completes_resumes_once(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "race", "prompt": SLOW_TIMEOUT }),
+        )
+        .await;
+    let session = task["primary_session_id"].as_str().unwrap().to_string();
+    let pending_id = pending_of(&api, &session).await;
+    let gate = gate_after_claim(&server);
+    let responder = respond_in_background(&api, &pending_id, answer("sqlite"));
+    api.wait_for(
+        &format!("/api/v1/clarifications/{pending_id}"),
+        "the claim",
+        |b| b["status"] == "answered",
+    )
+    .await;
+    // The agent stops waiting (its call times out) and its turn completes while the
+    // responder holds the claim.
+    api.wait_for(
+        &format!("/api/v1/sessions/{session}/turns"),
+        "the turn to end",
+        turns_done(1),
+    )
+    .await;
+    assert!(
+        agent_lines(&api, &session)
+            .await
+            .contains(&"Question timed out, continuing without answer.".to_string())
+    );
+    gate.add_permits(1);
+    let (status, body) = responder.await.unwrap();
+    assert_eq!(
+        (status, body["claimed"].as_bool()),
+        (200, Some(true)),
+        "{body}"
+    );
+    // The waiter was gone, so the answer resumes the agent: exactly once (I4).
+    api.wait_for(
+        &format!("/api/v1/sessions/{session}/turns"),
+        "the resume",
+        turns_done(2),
+    )
+    .await;
+    let resumed: Vec<String> = agent_lines(&api, &session)
+        .await
+        .into_iter()
+        .filter(|l| l.contains("sqlite"))
+        .collect();
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    server.stop().await;
+}
+
+async fn claim_then_new_prompt_queues_the_resume_behind_it(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "race", "prompt": SHORT_TIMEOUT }),
+        )
+        .await;
+    let session = task["primary_session_id"].as_str().unwrap().to_string();
+    let pending_id = pending_of(&api, &session).await;
+    api.wait_for(
+        &format!("/api/v1/sessions/{session}/turns"),
+        "turn 1",
+        turns_done(1),
+    )
+    .await;
+    let gate = gate_after_claim(&server);
+    let responder = respond_in_background(&api, &pending_id, answer("postgresql"));
+    api.wait_for(
+        &format!("/api/v1/clarifications/{pending_id}"),
+        "the claim",
+        |b| b["status"] == "answered",
+    )
+    .await;
+    // A prompt starts a new turn while the responder holds its claim.
+    let (status, accepted) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "e2e:delay(100)\ne2e:message(\"busy\")" }),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), accepted["queued"].as_bool()),
+        (200, Some(false))
+    );
+    gate.add_permits(1);
+    let (status, body) = responder.await.unwrap();
+    assert_eq!(
+        (status, body["claimed"].as_bool()),
+        (200, Some(true)),
+        "accepted: queued behind the open turn: {body}"
+    );
+    api.wait_for(
+        &format!("/api/v1/sessions/{session}/turns"),
+        "prompt and resume",
+        turns_done(3),
+    )
+    .await;
+    let lines = agent_lines(&api, &session).await;
+    let busy = lines
+        .iter()
+        .position(|l| l == "busy")
+        .expect("the prompt ran");
+    let resumed = lines
+        .iter()
+        .position(|l| l.contains("postgresql"))
+        .expect("the resume ran");
+    assert!(
+        busy < resumed,
+        "the resume waited for the open turn: {lines:?}"
+    );
+    assert_eq!(lines.iter().filter(|l| l.contains("postgresql")).count(), 1);
+    server.stop().await;
+}
+
+async fn l18_resume_failing_before_acceptance_restores_the_question(url: String) {
+    let first = TestServer::start(&url).await;
+    let api = Api::new(&first.base);
+    let (_, profile) = api
+        .post(
+            "/api/v1/agent-profiles",
+            json!({ "name": "flaky", "command": env!("CARGO_BIN_EXE_mock_agent") }),
+        )
+        .await;
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "flaky", "prompt": SHORT_TIMEOUT, "agent_profile_id": profile["id"] }),
+        )
+        .await;
+    let (task_id, session) = (
+        task["id"].as_str().unwrap().to_string(),
+        task["primary_session_id"].as_str().unwrap().to_string(),
+    );
+    let pending_id = pending_of(&api, &session).await;
+    api.wait_for(
+        &format!("/api/v1/sessions/{session}/turns"),
+        "turn 1",
+        turns_done(1),
+    )
+    .await;
+    first.stop().await;
+    // After a restart the agent must be relaunched, and now it cannot start.
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    raw_exec(
+        &url,
+        "UPDATE agent_profiles SET command = '/nonexistent/agent' WHERE name = 'flaky'",
+    )
+    .await;
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/clarifications/{pending_id}/respond"),
+            answer("sqlite"),
+        )
+        .await;
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(body["retryable"], true);
+    let b = api
+        .get(&format!("/api/v1/clarifications/{pending_id}"))
+        .await
+        .1;
+    assert_eq!(
+        (
+            b["status"].as_str(),
+            b["active"].as_bool(),
+            b["response"].is_null()
+        ),
+        (Some("pending"), Some(true), true),
+        "the claim is undone"
+    );
+    assert_eq!(
+        api.get(&format!("/api/v1/sessions/{session}/turns"))
+            .await
+            .1["turns"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "no turn left behind"
+    );
+    let sessions = api
+        .get(&format!("/api/v1/tasks/{task_id}/sessions"))
+        .await
+        .1;
+    assert_eq!(
+        sessions["sessions"][0]["pending_action"], "clarification",
+        "the question is still visible"
+    );
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{task_id}")).await.1["status_summary"]["pending_action"],
+        "clarification"
+    );
+    // Retrying once the agent can start succeeds.
+    let mock = env!("CARGO_BIN_EXE_mock_agent").replace('\'', "''");
+    raw_exec(
+        &url,
+        &format!("UPDATE agent_profiles SET command = '{mock}' WHERE name = 'flaky'"),
+    )
+    .await;
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/clarifications/{pending_id}/respond"),
+            answer("sqlite"),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), body["claimed"].as_bool()),
+        (200, Some(true)),
+        "{body}"
+    );
+    api.wait_for(
+        &format!("/api/v1/sessions/{session}/turns"),
+        "the resume",
+        turns_done(2),
+    )
+    .await;
+    server.stop().await;
+}
