@@ -93,7 +93,11 @@ pub async fn build_state(
         hooks: Arc::new(Hooks::default()),
         runtime: Arc::new(Runtime::new(runtime)),
     };
-    recover_sessions(&state).await?;
+    crate::server::clarification::recovery::recover_sessions(
+        state.repo.as_ref(),
+        state.clock.now(),
+    )
+    .await?;
     let failed = reconcile::reconcile_all(&state).await?;
     if failed > 0 {
         tracing::warn!(
@@ -103,31 +107,6 @@ pub async fn build_state(
     }
     projector::spawn(state.clone());
     Ok(state)
-}
-
-/// Agent processes die with the server. Sessions that were starting, running or waiting keep
-/// their questions answerable: open turns are completed (which detaches their waiting bundles,
-/// L9) and the session waits for the human; a later prompt or answer relaunches the agent.
-async fn recover_sessions(state: &AppState) -> RepoResult<()> {
-    use crate::model::SessionState::*;
-    let now = state.clock.now();
-    for s in state
-        .repo
-        .sessions_in_states(&[Starting, Running, WaitingForInput])
-        .await?
-    {
-        for turn in state.repo.complete_open_turns(&s.id, now).await? {
-            state.repo.detach_turn(&turn).await?;
-        }
-        state.repo.detach_session(&s.id).await?;
-        if s.state != WaitingForInput {
-            state
-                .repo
-                .set_session_state(&s.id, WaitingForInput, now)
-                .await?;
-        }
-    }
-    Ok(())
 }
 
 pub fn router(state: AppState) -> Router {

@@ -6,7 +6,9 @@
 //!
 //! Any repository error aborts start-up (the caller fails loudly).
 
+use crate::model::SessionState;
 use crate::server::repo::{RepoResult, Repository};
+use crate::server::time::Micros;
 
 #[derive(Debug, Default, PartialEq)]
 pub struct Recovered {
@@ -43,4 +45,24 @@ pub async fn recover(repo: &dyn Repository) -> RepoResult<Recovered> {
         }
     }
     Ok(out)
+}
+
+/// Agent processes die with the server. Sessions that were starting, running or waiting keep
+/// their questions answerable: open turns are completed (which detaches their waiting bundles,
+/// L9) and the session waits for the human; a later prompt or answer relaunches the agent.
+pub async fn recover_sessions(repo: &dyn Repository, now: Micros) -> RepoResult<()> {
+    use SessionState::*;
+    for s in repo
+        .sessions_in_states(&[Starting, Running, WaitingForInput])
+        .await?
+    {
+        for turn in repo.complete_open_turns(&s.id, now).await? {
+            repo.detach_turn(&turn).await?;
+        }
+        repo.detach_session(&s.id).await?;
+        if s.state != WaitingForInput {
+            repo.set_session_state(&s.id, WaitingForInput, now).await?;
+        }
+    }
+    Ok(())
 }

@@ -281,6 +281,8 @@ pub trait Repository: Send + Sync + 'static {
         at: Micros,
     ) -> RepoResult<(BundleRecord, MessageRecord)>;
     async fn get_bundle(&self, pending_id: &str) -> RepoResult<Option<StoredBundle>>;
+    /// Every bundle of the session (any status), oldest first, without questions.
+    async fn session_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleRecord>>;
     async fn insert_permission_request(
         &self,
         new: &NewPermissionRequest,

@@ -621,6 +621,16 @@ macro_rules! impl_repository {
                 }
             }
 
+            async fn session_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleRecord>> {
+                Ok(sqlx::query_as::<$db, BundleRecord>(stmt!(
+                    "SELECT {BUNDLE_COLUMNS} FROM clarification_bundles WHERE session_id = $1 \
+                     ORDER BY created_at, pending_id"
+                ))
+                .bind(session_id)
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
             async fn insert_permission_request(&self, new: &NewPermissionRequest, at: Micros) -> RepoResult<PermissionRecord> {
                 sqlx::query_as::<$db, PermissionRecord>(
                     "INSERT INTO permission_requests (id, session_id, task_id, turn_id, tool_call, options, \
