@@ -171,3 +171,85 @@ async fn p9_epoch_grows_across_restarts(url: String) {
     assert!(e2 > e1, "epoch {e2} after restart must exceed {e1}");
     second.stop().await;
 }
+
+both_http!(tasks_are_patched_and_deleted);
+
+async fn tasks_are_patched_and_deleted(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = support::Api::new(&server.base);
+    let (_, task) = api
+        .post("/api/v1/tasks", json!({ "title": "before" }))
+        .await;
+    let id = task["id"].as_str().unwrap().to_string();
+    let (_, wf) = api.get("/api/v1/workflows").await;
+    let second = wf["workflows"][0]["steps"][1]["id"].clone();
+    let r = api
+        .client
+        .patch(server.url(&format!("/api/v1/tasks/{id}")))
+        .json(&json!({ "title": "after", "step_id": second, "archived": true }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let t: Value = r.json().await.unwrap();
+    assert_eq!(
+        (t["title"].as_str(), t["archived"].as_bool()),
+        (Some("after"), Some(true))
+    );
+    assert_eq!(t["step_id"], second);
+    for bad in [
+        json!({ "title": " " }),
+        json!({ "step_id": "nope" }),
+        json!({ "archived": "yes" }),
+    ] {
+        let r = api
+            .client
+            .patch(server.url(&format!("/api/v1/tasks/{id}")))
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad}");
+    }
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{id}")).await.1["title"],
+        "after",
+        "nothing written"
+    );
+    // Deleting a task stops its agents and removes everything it owns.
+    let (_, busy) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "busy", "prompt": "e2e:delay(60000)" }),
+        )
+        .await;
+    let busy_id = busy["id"].as_str().unwrap().to_string();
+    let session = busy["primary_session_id"].as_str().unwrap().to_string();
+    for task in [&id, &busy_id] {
+        let r = api
+            .client
+            .delete(server.url(&format!("/api/v1/tasks/{task}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+        assert_eq!(
+            api.get(&format!("/api/v1/tasks/{task}")).await.0,
+            StatusCode::NOT_FOUND
+        );
+    }
+    assert_eq!(
+        api.get(&format!("/api/v1/sessions/{session}/messages"))
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+    let r = api
+        .client
+        .delete(server.url("/api/v1/tasks/nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    server.stop().await;
+}

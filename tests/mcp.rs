@@ -193,3 +193,37 @@ async fn l9_cancelled_call_detaches_its_bundle(url: String) {
     );
     server.stop().await;
 }
+
+both_http!(p10_rolled_back_ask_publishes_nothing);
+
+async fn p10_rolled_back_ask_publishes_nothing(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (session, client, _) = session_with_client(&server, &api).await;
+    let mut rx = server.state.hub.subscribe();
+    // The bundle row is written, then its questions fail: the transaction rolls back.
+    support::raw_exec(
+        &url,
+        "ALTER TABLE clarification_questions RENAME TO clarification_questions_away",
+    )
+    .await;
+    let result = call(&client, question("Rolled back?")).await.unwrap();
+    support::raw_exec(
+        &url,
+        "ALTER TABLE clarification_questions_away RENAME TO clarification_questions",
+    )
+    .await;
+    assert_eq!(result.is_error, Some(true));
+    assert!(
+        bundles(&api, &session).await.is_empty(),
+        "no bundle, no message"
+    );
+    // Nothing about it was published: drain what the hub holds.
+    while let Ok(e) = rx.try_recv() {
+        assert!(
+            !e.action.starts_with("clarification.") && e.action != "session.message.added",
+            "published {e:?}"
+        );
+    }
+    server.stop().await;
+}

@@ -256,3 +256,50 @@ async fn p10_lagging_client_gets_resync() {
     assert!(resync["payload"]["missed"].as_u64().unwrap() >= capacity as u64);
     server.stop().await;
 }
+
+both_http!(message_events_carry_the_pending_action_and_its_revision);
+
+async fn message_events_carry_the_pending_action_and_its_revision(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = support::Api::new(&server.base);
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "ws", "prompt": "/e2e:simple-message" }),
+        )
+        .await;
+    let session = task["primary_session_id"].as_str().unwrap();
+    let mut ws = connect(&server).await;
+    next_frame(&mut ws, action("resync")).await;
+    send(&mut ws, json!({ "type": "request", "id": 1, "action": "subscribe.session", "payload": { "session_id": session } })).await;
+    next_frame(&mut ws, |v| v["id"] == 1).await;
+    // Subscribed first, then the agent asks: the event cannot be missed.
+    let ask = "e2e:ask({\"questions\": [{\"id\": \"db\", \"prompt\": \"Which?\", \"options\": [{\"label\": \"A\"}, {\"label\": \"B\"}]}]})";
+    api.post(
+        &format!("/api/v1/sessions/{session}/prompt"),
+        json!({ "content": ask }),
+    )
+    .await;
+    let added = next_frame(&mut ws, |v| {
+        v["action"] == "session.message.added"
+            && v["payload"]["message"]["kind"] == "clarification_request"
+    })
+    .await;
+    assert_eq!(added["payload"]["pending_action"], "clarification");
+    let rev = &added["payload"]["pending_action_revision"];
+    assert_eq!(rev["epoch"], server.state.epoch.to_string());
+    assert!(rev["sequence"].as_u64().unwrap() > 0);
+    // The list read afterwards carries a newer revision (P9).
+    let list = api
+        .get(&format!(
+            "/api/v1/tasks/{}/sessions",
+            task["id"].as_str().unwrap()
+        ))
+        .await
+        .1;
+    assert!(
+        list["sessions"][0]["pending_action_revision"]["sequence"].as_u64()
+            > rev["sequence"].as_u64()
+    );
+    server.stop().await;
+}

@@ -31,7 +31,12 @@ pub fn rest_routes(
 
     let v1 = axum::Router::new()
         .route("/tasks", get(tasks::rest::list).post(tasks::rest::create))
-        .route("/tasks/{id}", get(tasks::rest::get))
+        .route(
+            "/tasks/{id}",
+            get(tasks::rest::get)
+                .patch(tasks::rest::patch)
+                .delete(tasks::rest::delete),
+        )
         .route(
             "/tasks/{id}/sessions",
             get(sessions::list_for_task).post(sessions::create),

@@ -137,6 +137,6 @@ pub async fn delete_message(
     let Some(m) = state.repo.delete_message(&id).await? else {
         return Err(AppError::NotFound(format!("message {id}")).into());
     };
-    crate::server::orchestrator::publish::message(&state, "session.message.deleted", &m);
+    crate::server::orchestrator::publish::message(&state, "session.message.deleted", &m).await;
     Ok(StatusCode::NO_CONTENT)
 }

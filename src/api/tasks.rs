@@ -54,6 +54,37 @@ pub mod rest {
         Ok(Json(task_view::get_task(&state, &id).await?))
     }
 
+    #[derive(Deserialize)]
+    pub struct PatchTaskBody {
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        step_id: Option<String>,
+        #[serde(default)]
+        archived: Option<bool>,
+    }
+
+    pub async fn patch(
+        State(state): State<AppState>,
+        Path(id): Path<String>,
+        ApiJson(body): ApiJson<PatchTaskBody>,
+    ) -> Result<Json<Task>, ApiError> {
+        let input = tasks::UpdateTask {
+            title: body.title,
+            step_id: body.step_id,
+            archived: body.archived,
+        };
+        Ok(Json(tasks::update_task(&state, &id, input).await?))
+    }
+
+    pub async fn delete(
+        State(state): State<AppState>,
+        Path(id): Path<String>,
+    ) -> Result<axum::http::StatusCode, ApiError> {
+        tasks::delete_task(&state, &id).await?;
+        Ok(axum::http::StatusCode::NO_CONTENT)
+    }
+
     pub async fn create(
         State(state): State<AppState>,
         ApiJson(body): ApiJson<CreateTaskBody>,

@@ -126,6 +126,13 @@ async fn run_prompt(
             return StopReason::Cancelled;
         }
         match step {
+            Step::Say(s)
+                if s.starts_with("Thanks, continuing")
+                    && std::env::var_os("MOCK_AGENT_EXIT_ON_RESUME").is_some() =>
+            {
+                // A test knob: crash right after accepting a resume prompt (L18 after acceptance).
+                std::process::exit(4)
+            }
             Step::Say(s) => say(s),
             Step::Delay(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
             Step::Exit(code) => std::process::exit(code),

@@ -130,7 +130,7 @@ async fn write(state: &AppState, session: &SessionRecord, ask: &Ask) -> Result<S
         )
         .await
         .map_err(|e| e.to_string())?;
-    publish::message(state, "session.message.added", &message);
+    publish::message(state, "session.message.added", &message).await;
     publish::bundles_by_id(
         state,
         "clarification.requested",

@@ -7,9 +7,24 @@ use crate::server::events::Event;
 use crate::server::repo::{MessageRecord, SessionRecord, StoredBundle, TurnRecord};
 use crate::server::state::AppState;
 
-pub fn message(state: &AppState, action: &str, m: &MessageRecord) {
+/// `session.message.*` with the session's pending action and its P9 revision (reserved
+/// before the authoritative read); the pending fields are omitted when the read fails.
+pub async fn message(state: &AppState, action: &str, m: &MessageRecord) {
+    let revision = state.next_pending_revision();
+    let mut payload = json!({ "message": m.to_dto() });
+    match state
+        .repo
+        .pending_actions_for_sessions(std::slice::from_ref(&m.session_id))
+        .await
+    {
+        Ok(pending) => {
+            payload["pending_action"] = json!(pending.get(&m.session_id).copied().flatten());
+            payload["pending_action_revision"] = json!(revision);
+        }
+        Err(e) => tracing::warn!(error = %e, "pending action unknown for a message event"),
+    }
     state.hub.publish(
-        Event::new(action, json!({ "message": m.to_dto() }))
+        Event::new(action, payload)
             .for_task(m.task_id.clone())
             .for_session(m.session_id.clone()),
     );

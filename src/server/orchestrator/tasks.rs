@@ -59,3 +59,61 @@ pub async fn create_task(state: &AppState, input: CreateTask) -> Result<Task, Ap
         .await?;
     task_view::get_task(state, &record.id).await
 }
+
+pub struct UpdateTask {
+    pub title: Option<String>,
+    pub step_id: Option<String>,
+    pub archived: Option<bool>,
+}
+
+/// `PATCH /tasks/{id}`: validated before the write; a step must belong to the task's workflow.
+pub async fn update_task(state: &AppState, id: &str, input: UpdateTask) -> Result<Task, AppError> {
+    let task = state
+        .repo
+        .get_task(id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("task {id}")))?;
+    if input.title.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        return Err(AppError::BadRequest("title must not be empty".into()));
+    }
+    if let Some(step) = &input.step_id {
+        let workflow = state
+            .repo
+            .list_workflows()
+            .await?
+            .into_iter()
+            .find(|w| Some(&w.workflow.id) == task.workflow_id.as_ref());
+        if !workflow.is_some_and(|w| w.steps.iter().any(|s| &s.id == step)) {
+            return Err(AppError::BadRequest(format!(
+                "step_id {step:?} is not a step of the task's workflow"
+            )));
+        }
+    }
+    let patch = crate::server::repo::TaskPatch {
+        title: input.title.map(|t| t.trim().to_string()),
+        step_id: input.step_id,
+        archived: input.archived,
+    };
+    state
+        .repo
+        .update_task(id, &patch, state.clock.now())
+        .await?;
+    super::publish::task_updated(state, id);
+    task_view::get_task(state, id).await
+}
+
+/// `DELETE /tasks/{id}`: stops the task's agents, then deletes it with everything it owns.
+pub async fn delete_task(state: &AppState, id: &str) -> Result<(), AppError> {
+    if state.repo.get_task(id).await?.is_none() {
+        return Err(AppError::NotFound(format!("task {id}")));
+    }
+    for s in state.repo.list_sessions(id).await? {
+        super::worker::stop(state, &s.id);
+    }
+    state.repo.delete_task(id).await?;
+    state.hub.publish(crate::server::events::Event::new(
+        "task.deleted",
+        serde_json::json!({ "task_id": id }),
+    ));
+    Ok(())
+}

@@ -35,6 +35,8 @@ pub enum Command {
         reply: oneshot::Sender<Result<(), String>>,
     },
     Cancel,
+    /// Stop the agent and the worker (the session is being deleted).
+    Shutdown,
 }
 
 /// A detached answer on its way to the agent (L17/L19).
@@ -56,6 +58,19 @@ impl SessionHandle {
         self.tx
             .send(command)
             .map_err(|_| AppError::Internal("the session worker has stopped".into()))
+    }
+}
+
+/// Stops the worker of `session_id` (and with it the agent process), if one runs.
+pub fn stop(state: &AppState, session_id: &str) {
+    if let Some(h) = state
+        .runtime
+        .workers
+        .lock()
+        .expect("workers lock")
+        .remove(session_id)
+    {
+        let _ = h.tx.send(Command::Shutdown);
     }
 }
 
@@ -109,8 +124,8 @@ impl Worker {
         loop {
             tokio::select! {
                 command = commands.recv() => match command {
+                    Some(Command::Shutdown) | None => return,
                     Some(c) => self.on_command(c).await,
-                    None => return,
                 },
                 Some(event) = events.recv() => self.on_event(event).await,
             }
@@ -131,6 +146,7 @@ impl Worker {
                     let _ = reply.send(self.dispatch_resume(resume).await);
                 }
             }
+            Command::Shutdown => {}
             Command::Cancel => {
                 if let (Some(agent), Some(_)) = (&self.agent, &self.open_turn) {
                     agent.cancel();
@@ -198,7 +214,7 @@ impl Worker {
             )
             .await?;
         publish::turn(&self.state, "session.turn.started", &turn);
-        publish::message(&self.state, "session.message.added", &message);
+        publish::message(&self.state, "session.message.added", &message).await;
         self.open_turn = Some(turn.id.clone());
         self.text = None;
         self.thought = None;
@@ -353,7 +369,7 @@ impl Worker {
                 self.state.clock.now(),
             )
             .await?;
-        publish::message(&self.state, "session.message.added", &m);
+        publish::message(&self.state, "session.message.added", &m).await;
         Ok(Some(m.id))
     }
 
@@ -389,7 +405,7 @@ impl Worker {
                 .update_message_content(id, content, self.state.clock.now())
                 .await?
             {
-                publish::message(&self.state, "session.message.updated", &m);
+                publish::message(&self.state, "session.message.updated", &m).await;
             }
             return Ok(());
         }
@@ -542,7 +558,7 @@ impl Worker {
                 )
                 .await
             {
-                publish::message(&self.state, "session.message.added", &m);
+                publish::message(&self.state, "session.message.added", &m).await;
             }
             let _ = self.state.repo.complete_turn(&turn_id, now).await;
         }
