@@ -253,3 +253,14 @@ async fn tasks_are_patched_and_deleted(url: String) {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     server.stop().await;
 }
+
+both_http!(unknown_pages_render_without_panicking);
+
+async fn unknown_pages_render_without_panicking(url: String) {
+    let server = TestServer::start(&url).await;
+    let r = reqwest::get(server.url("/no/such/page")).await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = reqwest::get(server.url("/")).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    server.stop().await;
+}

@@ -7,7 +7,9 @@ use crate::model::{AppError, Task};
 /// The sidebar's task list (reconciled like `GET /api/v1/tasks`).
 #[server(prefix = "/api/fn", endpoint = "list_tasks")]
 pub async fn list_tasks() -> Result<Vec<Task>, AppError> {
-    let state = expect_context::<crate::server::state::AppState>();
+    let state = use_context::<crate::server::state::AppState>().ok_or_else(|| {
+        AppError::Internal("the server state is missing from this request".into())
+    })?;
     crate::server::summary::task_view::list_tasks(&state).await
 }
 

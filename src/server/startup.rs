@@ -117,6 +117,16 @@ pub fn router(state: AppState) -> Router {
             let options = state.leptos_options.clone();
             move || shell(options.clone())
         })
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        // Not-found pages render the app too, so they get the same context as routes.
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(
+            {
+                let state = state.clone();
+                move || provide_context(state.clone())
+            },
+            shell,
+        ))
         .with_state(state)
 }

@@ -35,12 +35,25 @@ where
     P: FnMut(u32) -> F + Send,
     F: std::future::Future<Output = ()> + Send,
 {
-    let pending_id = match write(state, session, &ask).await {
-        Ok(id) => id,
+    // The waiter exists before the bundle is visible to anyone: a responder that reads the
+    // bundle right after its commit always finds it (L15), never a gap that looks detached.
+    let (tx, mut rx) = oneshot::channel::<Response>();
+    let pending_id = match existing_identical(state, session, &ask).await {
+        Ok(Some(id)) => {
+            state.runtime.waiters.put(&id, tx);
+            id
+        }
+        Ok(None) => {
+            let id = crate::server::repo::new_id();
+            state.runtime.waiters.put(&id, tx);
+            if let Err(e) = write(state, session, &ask, &id).await {
+                state.runtime.waiters.take(&id);
+                return AskOutcome::Failed(e);
+            }
+            id
+        }
         Err(e) => return AskOutcome::Failed(e),
     };
-    let (tx, mut rx) = oneshot::channel::<Response>();
-    state.runtime.waiters.put(&pending_id, tx);
     if let Err(e) = sessions::set_state(state, &session.id, SessionState::WaitingForInput).await {
         tracing::warn!(error = %e, "cannot mark the session waiting");
     }
@@ -96,18 +109,32 @@ async fn answered(state: &AppState, session_id: &str, response: Response) -> Ask
     AskOutcome::Answered(tool_output(&response))
 }
 
-/// L6: bundle, questions and transcript message in one transaction before anything waits or
-/// is published; L8: an identical call while the first is active returns it.
-async fn write(state: &AppState, session: &SessionRecord, ask: &Ask) -> Result<String, String> {
+/// L8: the identical active bundle of this session, if any.
+async fn existing_identical(
+    state: &AppState,
+    session: &SessionRecord,
+    ask: &Ask,
+) -> Result<Option<String>, String> {
     let key = ask.dedup_key();
     let active = state
         .repo
         .active_bundles(&session.id)
         .await
         .map_err(|e| e.to_string())?;
-    if let Some(existing) = active.iter().find(|b| b.record.dedup_key == key) {
-        return Ok(existing.record.pending_id.clone());
-    }
+    Ok(active
+        .into_iter()
+        .find(|b| b.record.dedup_key == key)
+        .map(|b| b.record.pending_id))
+}
+
+/// L6: bundle, questions and transcript message in one transaction before anything is
+/// published.
+async fn write(
+    state: &AppState,
+    session: &SessionRecord,
+    ask: &Ask,
+    pending_id: &str,
+) -> Result<(), String> {
     let turn_id = state
         .repo
         .current_turn_id(&session.id)
@@ -118,11 +145,11 @@ async fn write(state: &AppState, session: &SessionRecord, ask: &Ask) -> Result<S
         .repo
         .insert_bundle(
             &NewBundle {
-                pending_id: None,
+                pending_id: Some(pending_id.to_string()),
                 session_id: session.id.clone(),
                 turn_id,
                 context: ask.context.clone(),
-                dedup_key: key,
+                dedup_key: ask.dedup_key(),
                 questions: ask.questions.clone(),
                 message_content: ask.summary_line(),
             },
@@ -137,5 +164,5 @@ async fn write(state: &AppState, session: &SessionRecord, ask: &Ask) -> Result<S
         std::slice::from_ref(&bundle.pending_id),
     )
     .await;
-    Ok(bundle.pending_id)
+    Ok(())
 }
