@@ -46,17 +46,17 @@ where
         Ok(None) => {
             let id = crate::server::repo::new_id();
             state.runtime.waiters.put(&id, tx);
+            // L7: waiting before the question is visible, so whoever sees it sees the wait.
+            mark(state, &session.id, SessionState::WaitingForInput).await;
             if let Err(e) = write(state, session, &ask, &id).await {
                 state.runtime.waiters.take(&id);
+                mark(state, &session.id, SessionState::Running).await;
                 return AskOutcome::Failed(e);
             }
             id
         }
         Err(e) => return AskOutcome::Failed(e),
     };
-    if let Err(e) = sessions::set_state(state, &session.id, SessionState::WaitingForInput).await {
-        tracing::warn!(error = %e, "cannot mark the session waiting");
-    }
     let keepalive = state.runtime.config.ask_keepalive;
     let deadline = tokio::time::sleep(state.runtime.config.ask_timeout);
     tokio::pin!(deadline);
@@ -103,10 +103,14 @@ where
 }
 
 async fn answered(state: &AppState, session_id: &str, response: Response) -> AskOutcome {
-    if let Err(e) = sessions::set_state(state, session_id, SessionState::Running).await {
-        tracing::warn!(error = %e, "cannot mark the session running");
-    }
+    mark(state, session_id, SessionState::Running).await;
     AskOutcome::Answered(tool_output(&response))
+}
+
+async fn mark(state: &AppState, session_id: &str, to: SessionState) {
+    if let Err(e) = sessions::set_state(state, session_id, to).await {
+        tracing::warn!(error = %e, session_id, %to, "cannot change the session state");
+    }
 }
 
 /// L8: the identical active bundle of this session, if any.
