@@ -28,6 +28,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    crate::ui::live::provide_live();
 
     // Effects only run in the browser, after hydration: the page is interactive from here on.
     Effect::new(move |_| {

@@ -2,6 +2,7 @@
 //! call a service, and map errors; no rule lives here.
 
 pub mod tasks;
+pub mod transcript;
 
 #[cfg(feature = "ssr")]
 mod clarifications;

@@ -13,6 +13,28 @@ pub async fn list_tasks() -> Result<Vec<Task>, AppError> {
     crate::server::summary::task_view::list_tasks(&state).await
 }
 
+/// The sidebar's "new task" form: a task whose primary session starts with `prompt` (if any).
+#[server(prefix = "/api/fn", endpoint = "create_task")]
+pub async fn create_task(title: String, prompt: String) -> Result<Task, AppError> {
+    use crate::server::orchestrator::{sessions, tasks};
+    use crate::server::summary::task_view;
+    let state = use_context::<crate::server::state::AppState>().ok_or_else(|| {
+        AppError::Internal("the server state is missing from this request".into())
+    })?;
+    let input = tasks::CreateTask {
+        title,
+        description: String::new(),
+        workflow_id: None,
+        step_id: None,
+    };
+    let task = tasks::create_task(&state, input).await?;
+    if prompt.trim().is_empty() {
+        return Ok(task);
+    }
+    sessions::create_session(&state, &task.id, None, prompt, true).await?;
+    task_view::get_task(&state, &task.id).await
+}
+
 #[cfg(feature = "ssr")]
 pub mod rest {
     use axum::Json;

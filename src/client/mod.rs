@@ -1,2 +1,4 @@
-//! Pure client logic (no `view!`), unit-tested natively: later the pending-owner resolver (N1),
-//! the revision merge (P9) and the selection generation guard (N2).
+//! Pure client logic (no `view!`), unit-tested natively and shared by the desktop sidebar and
+//! the phone drawer: which session a click opens (N1/N2) and which snapshot is newer (P9).
+
+pub mod selection;

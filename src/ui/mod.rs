@@ -2,5 +2,8 @@
 //! decisions live in `crate::client`.
 
 pub mod board;
+pub mod chat;
+pub mod clarification;
+pub mod live;
 pub mod sidebar;
 pub mod task;
