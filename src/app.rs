@@ -4,6 +4,7 @@ use leptos_router::components::{Route, Router, Routes};
 use leptos_router::{SsrMode, path};
 
 use crate::ui::board::Board;
+use crate::ui::drawer::MobileBar;
 use crate::ui::sidebar::Sidebar;
 use crate::ui::task::TaskPage;
 
@@ -29,6 +30,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 pub fn App() -> impl IntoView {
     provide_meta_context();
     crate::ui::live::provide_live();
+    crate::ui::drawer::provide_drawer();
 
     // Effects only run in the browser, after hydration: the page is interactive from here on.
     Effect::new(move |_| {
@@ -46,6 +48,7 @@ pub fn App() -> impl IntoView {
             <div class="layout">
                 <Sidebar />
                 <main class="main">
+                    <MobileBar />
                     <Routes fallback=|| view! { <p class="empty">"Not found."</p> }>
                         <Route path=path!("/") view=Board ssr=SsrMode::Async />
                         <Route path=path!("/t/:task_id") view=TaskPage ssr=SsrMode::Async />

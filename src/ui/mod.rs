@@ -4,6 +4,7 @@
 pub mod board;
 pub mod chat;
 pub mod clarification;
+pub mod drawer;
 pub mod live;
 pub mod sidebar;
 pub mod task;

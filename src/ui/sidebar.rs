@@ -3,12 +3,14 @@ use leptos_router::hooks::use_navigate;
 
 use crate::api::tasks::{CreateTask, list_tasks};
 use crate::model::{PendingAction, Task};
+use crate::ui::drawer::Drawer;
 use crate::ui::live::Live;
 
 /// The task list with pending icons (P2 via `task_pending_action`), kept live by the socket.
 #[component]
 pub fn Sidebar() -> impl IntoView {
     let live = expect_context::<Live>();
+    let drawer = expect_context::<Drawer>();
     let create = ServerAction::<CreateTask>::new();
     let tasks = Resource::new(
         move || (live.tasks.get(), create.version().get()),
@@ -21,7 +23,13 @@ pub fn Sidebar() -> impl IntoView {
         }
     });
     view! {
-        <nav class="sidebar" aria-label="Tasks">
+        <nav
+            class="sidebar"
+            class:drawer-open=move || drawer.open.get()
+            role=move || drawer.open.get().then_some("dialog")
+            aria-modal=move || drawer.open.get().then_some("true")
+            aria-label="Tasks"
+        >
             <h1 class="brand">"Turnstile"</h1>
             <ActionForm action=create attr:class="new-task">
                 <input name="title" placeholder="New task title" aria-label="Task title" required />
@@ -65,9 +73,21 @@ fn TaskRow(task: Task) -> impl IntoView {
         ),
         None => None,
     };
+    let drawer = expect_context::<Drawer>();
+    let id = task.id.clone();
     view! {
         <li>
-            <a class="task-item" href=href data-testid="sidebar-task-item" data-task-id=task.id.clone()>
+            <a
+                class="task-item"
+                href=href
+                data-testid="sidebar-task-item"
+                data-task-id=task.id.clone()
+                on:click=move |_| {
+                    if drawer.open.get_untracked() {
+                        drawer.picked.set(Some(id.clone()));
+                    }
+                }
+            >
                 <span class="task-title">{task.title}</span>
                 {icon}
             </a>

@@ -7,6 +7,7 @@ use crate::api::transcript::task_sessions;
 use crate::client::selection::resolve_session;
 use crate::model::{PendingAction, Session};
 use crate::ui::chat::ChatPanel;
+use crate::ui::drawer::Drawer;
 use crate::ui::live::Live;
 
 /// A task: its session tabs and the chat of the active session (`?session=`). Without one,
@@ -14,6 +15,7 @@ use crate::ui::live::Live;
 #[component]
 pub fn TaskPage() -> impl IntoView {
     let live = expect_context::<Live>();
+    let drawer = expect_context::<Drawer>();
     let params = use_params_map();
     let query = use_query_map();
     let task_id = Memo::new(move |_| params.read().get("task_id").unwrap_or_default());
@@ -25,25 +27,28 @@ pub fn TaskPage() -> impl IntoView {
     let tasks = Resource::new(move || live.tasks.get(), |_| list_tasks());
     let navigate = use_navigate();
     Effect::new(move |_| {
+        let id = task_id.get();
         if selected.get().is_some() {
+            drawer.resolved.set(Some(id));
             return;
         }
         let (Some(Ok(list)), Some(Ok(all))) = (sessions.get(), tasks.get()) else {
             return;
         };
-        let id = task_id.get_untracked();
         let pending: Option<PendingAction> = all
             .iter()
             .find(|t| t.id == id)
             .and_then(|t| t.task_pending_action);
-        if let Some(session) = resolve_session(pending, &list, None) {
-            navigate(
+        match resolve_session(pending, &list, None) {
+            Some(session) => navigate(
                 &format!("/t/{id}?session={session}"),
                 NavigateOptions {
                     replace: true,
                     ..Default::default()
                 },
-            );
+            ),
+            // N1: nothing matches: the task opens with no session selected.
+            None => drawer.resolved.set(Some(id)),
         }
     });
     Effect::new(move |_| live.watched.set(selected.get()));

@@ -11,6 +11,7 @@ test("the sidebar lists a task created through the repository and the page hydra
 
   await page.goto("/");
   await expect(page.locator("body")).toHaveAttribute("data-hydrated", "true");
+  await expect(page.locator("body")).toHaveAttribute("data-ws", "open");
   const row = page.locator(`[data-testid="sidebar-task-item"][data-task-id="${task.id}"]`);
   await expect(row).toHaveText(title);
   await expect(row).toHaveAttribute("href", `/t/${task.id}`);

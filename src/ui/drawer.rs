@@ -1,0 +1,52 @@
+//! The phone drawer (N1/N2 on phones): the sidebar itself becomes a bottom sheet with
+//! `role="dialog"` named "Tasks". It closes only after the picked task's session and URL are
+//! set (or the task resolved to no session).
+
+use leptos::prelude::*;
+
+/// Shared by the sidebar (which renders the drawer) and the task page (which reports when a
+/// task's session is resolved).
+#[derive(Clone, Copy)]
+pub struct Drawer {
+    pub open: RwSignal<bool>,
+    /// The task the user picked in the drawer.
+    pub picked: RwSignal<Option<String>>,
+    /// The task whose session selection is settled (URL set, or no session to open).
+    pub resolved: RwSignal<Option<String>>,
+}
+
+pub fn provide_drawer() -> Drawer {
+    let d = Drawer {
+        open: RwSignal::new(false),
+        picked: RwSignal::new(None),
+        resolved: RwSignal::new(None),
+    };
+    provide_context(d);
+    // N2: close only once the picked task has its session and URL.
+    Effect::new(move |_| {
+        let (picked, resolved) = (d.picked.get(), d.resolved.get());
+        if d.open.get_untracked() && picked.is_some() && picked == resolved {
+            d.open.set(false);
+            d.picked.set(None);
+        }
+    });
+    d
+}
+
+/// The phone-only bar with the button that opens the drawer.
+#[component]
+pub fn MobileBar() -> impl IntoView {
+    let d = expect_context::<Drawer>();
+    view! {
+        <div class="mobile-bar">
+            <button
+                data-testid="mobile-session-menu"
+                aria-label="Open tasks"
+                aria-expanded=move || d.open.get().to_string()
+                on:click=move |_| d.open.update(|o| *o = !*o)
+            >
+                "☰ Tasks"
+            </button>
+        </div>
+    }
+}
