@@ -303,3 +303,74 @@ async fn message_events_carry_the_pending_action_and_its_revision(url: String) {
     );
     server.stop().await;
 }
+
+both_http!(real_agent_question_reaches_every_client_and_metrics_count_it);
+
+/// The WebSocket contract with the real agent: subscribed and unsubscribed clients get the
+/// summary with `clarification`; the answer clears it. `/metrics` counts clients and bundles.
+async fn real_agent_question_reaches_every_client_and_metrics_count_it(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = support::Api::new(&server.base);
+    let mut a = connect(&server).await;
+    let mut b = connect(&server).await;
+    next_frame(&mut a, action("resync")).await;
+    next_frame(&mut b, action("resync")).await;
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "live", "prompt": "/e2e:clarification" }),
+        )
+        .await;
+    let task_id = task["id"].as_str().unwrap().to_string();
+    let session = task["primary_session_id"].as_str().unwrap().to_string();
+    send(&mut a, json!({ "type": "request", "id": 1, "action": "subscribe.session", "payload": { "session_id": session } })).await;
+    let asked = |v: &Value| {
+        v["action"] == "task.status_summary.updated"
+            && v["payload"]["task_id"] == task_id.as_str()
+            && v["payload"]["status_summary"]["pending_action"] == "clarification"
+    };
+    next_frame(&mut a, asked).await;
+    next_frame(&mut b, asked).await;
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("turnstile_websocket_clients 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("turnstile_active_bundles 1"), "{metrics}");
+    assert!(
+        metrics.contains("turnstile_http_requests_total"),
+        "{metrics}"
+    );
+
+    let msgs = api
+        .get(&format!("/api/v1/sessions/{session}/messages"))
+        .await
+        .1;
+    let pending_id = msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["kind"] == "clarification_request")
+        .unwrap()["pending_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    api.post(
+        &format!("/api/v1/clarifications/{pending_id}/respond"),
+        json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
+    )
+    .await;
+    let cleared = |v: &Value| {
+        v["action"] == "task.status_summary.updated"
+            && v["payload"]["task_id"] == task_id.as_str()
+            && v["payload"]["status_summary"]["pending_action"].is_null()
+    };
+    next_frame(&mut a, cleared).await;
+    next_frame(&mut b, cleared).await;
+    server.stop().await;
+}

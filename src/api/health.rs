@@ -6,3 +6,18 @@ use serde_json::{Value, json};
 pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
+
+/// Prometheus text: request counts and time, WebSocket clients, active bundles, summary CAS
+/// retries.
+pub async fn metrics(
+    axum::extract::State(state): axum::extract::State<crate::server::state::AppState>,
+) -> impl axum::response::IntoResponse {
+    let active = state.repo.count_active_bundles().await.ok();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        state.metrics.render(active),
+    )
+}

@@ -66,6 +66,7 @@ pub fn rest_routes(
         .layer(DefaultBodyLimit::max(rest::MAX_BODY_BYTES));
     axum::Router::new()
         .route("/healthz", get(health::healthz))
+        .route("/metrics", get(health::metrics))
         .route("/ws", get(ws::upgrade))
         .nest("/api/v1", v1)
         .merge(mcp::routes(state))

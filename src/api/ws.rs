@@ -48,7 +48,21 @@ fn is_session_scoped(event: &Event) -> bool {
     event.action.starts_with("session.message.")
 }
 
-async fn serve(state: AppState, mut socket: WebSocket) {
+async fn serve(state: AppState, socket: WebSocket) {
+    use std::sync::atomic::Ordering;
+    state
+        .metrics
+        .websocket_clients
+        .fetch_add(1, Ordering::Relaxed);
+    serve_client(&state, socket).await;
+    state
+        .metrics
+        .websocket_clients
+        .fetch_sub(1, Ordering::Relaxed);
+}
+
+async fn serve_client(state: &AppState, mut socket: WebSocket) {
+    let state = state.clone();
     // Subscribe before the resync, so nothing between the client's refetch and now is lost.
     let mut events = state.hub.subscribe();
     let mut subscribed: HashSet<String> = HashSet::new();

@@ -92,6 +92,7 @@ pub async fn build_state(
         pending_sequence: Arc::new(AtomicU64::new(0)),
         hooks: Arc::new(Hooks::default()),
         runtime: Arc::new(Runtime::new(runtime)),
+        metrics: Arc::default(),
     };
     crate::server::clarification::recovery::recover_sessions(
         state.repo.as_ref(),
@@ -128,5 +129,23 @@ pub fn router(state: AppState) -> Router {
             },
             shell,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            count_request,
+        ))
         .with_state(state)
+}
+
+async fn count_request(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let started = std::time::Instant::now();
+    let response = next.run(req).await;
+    state.metrics.record_request(
+        started.elapsed().as_micros() as u64,
+        response.status().as_u16(),
+    );
+    response
 }

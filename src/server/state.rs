@@ -23,6 +23,7 @@ pub struct AppState {
     pub pending_sequence: Arc<AtomicU64>,
     pub hooks: Arc<Hooks>,
     pub runtime: Arc<Runtime>,
+    pub metrics: Arc<crate::server::metrics::Metrics>,
 }
 
 impl AppState {

@@ -49,6 +49,7 @@ pub struct AuthoritySql {
     pub current_turn_id: String,
     pub active_bundles: String,
     pub bundle_with_activity: String,
+    pub count_active: String,
     pending_actions_sqlite: String,
     pending_actions_postgres: String,
     pub detach_session: String,
@@ -115,6 +116,10 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
         ),
         bundle_with_activity: format!(
             "SELECT {BUNDLE_COLUMNS}, {} AS active FROM clarification_bundles b WHERE b.pending_id = $1",
+            bundle_is_active("b")
+        ),
+        count_active: format!(
+            "SELECT COUNT(*) FROM clarification_bundles b WHERE b.status = 'pending' AND {}",
             bundle_is_active("b")
         ),
         pending_actions_sqlite: pending_actions(Backend::Sqlite),

@@ -325,6 +325,8 @@ pub trait Repository: Send + Sync + 'static {
 
     // -- the current-turn authority (L1–L3, L9–L11, L13, L18, L19); SQL in authority.rs --
     async fn current_turn_id(&self, session_id: &str) -> RepoResult<Option<String>>;
+    /// L2 over every session (for `/metrics`).
+    async fn count_active_bundles(&self) -> RepoResult<i64>;
     async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<StoredBundle>>;
     /// P1 for each id (unknown ids map to `None`); one query, same answer as the scalar forms.
     async fn pending_actions_for_sessions(

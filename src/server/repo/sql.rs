@@ -758,6 +758,10 @@ macro_rules! impl_repository {
                     .await?)
             }
 
+            async fn count_active_bundles(&self) -> RepoResult<i64> {
+                Ok(sqlx::query_scalar::<$db, i64>(SQL.count_active.as_str()).fetch_one(&self.pool).await?)
+            }
+
             async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<StoredBundle>> {
                 let rows = sqlx::query_as::<$db, BundleRecord>(SQL.active_bundles.as_str())
                     .bind(session_id)

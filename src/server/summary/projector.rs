@@ -89,6 +89,10 @@ pub async fn refresh_task(
                 return Ok(stored.expect("unchanged implies a stored summary"));
             }
             CasOutcome::Conflict { .. } => {
+                state
+                    .metrics
+                    .summary_cas_retries
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::debug!(task_id, attempt, "summary compare-and-set lost; reloading");
                 tokio::time::sleep(Duration::from_millis(u64::from(attempt))).await;
             }

@@ -1,0 +1,75 @@
+//! Process counters for `GET /metrics` (Prometheus text format).
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+#[derive(Default)]
+pub struct Metrics {
+    pub http_requests: AtomicU64,
+    pub http_request_micros: AtomicU64,
+    pub http_errors: AtomicU64,
+    pub websocket_clients: AtomicI64,
+    pub summary_cas_retries: AtomicU64,
+}
+
+impl Metrics {
+    pub fn record_request(&self, micros: u64, status: u16) {
+        self.http_requests.fetch_add(1, Ordering::Relaxed);
+        self.http_request_micros
+            .fetch_add(micros, Ordering::Relaxed);
+        if status >= 500 {
+            self.http_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The exposition text; `active_bundles` is read from the repository by the caller.
+    pub fn render(&self, active_bundles: Option<i64>) -> String {
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+            ));
+        };
+        metric(
+            "turnstile_http_requests_total",
+            "counter",
+            "HTTP requests served.",
+            self.http_requests.load(Ordering::Relaxed).to_string(),
+        );
+        metric(
+            "turnstile_http_request_duration_seconds_sum",
+            "counter",
+            "Total time spent serving HTTP requests.",
+            format!(
+                "{:.6}",
+                self.http_request_micros.load(Ordering::Relaxed) as f64 / 1e6
+            ),
+        );
+        metric(
+            "turnstile_http_server_errors_total",
+            "counter",
+            "HTTP responses with status 5xx.",
+            self.http_errors.load(Ordering::Relaxed).to_string(),
+        );
+        metric(
+            "turnstile_websocket_clients",
+            "gauge",
+            "Connected WebSocket clients.",
+            self.websocket_clients.load(Ordering::Relaxed).to_string(),
+        );
+        metric(
+            "turnstile_summary_cas_retries_total",
+            "counter",
+            "Task summary compare-and-set attempts that lost and were retried (P6).",
+            self.summary_cas_retries.load(Ordering::Relaxed).to_string(),
+        );
+        if let Some(n) = active_bundles {
+            metric(
+                "turnstile_active_bundles",
+                "gauge",
+                "Active clarification bundles (L2).",
+                n.to_string(),
+            );
+        }
+        out
+    }
+}
