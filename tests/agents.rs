@@ -820,3 +820,29 @@ async fn n3_repository_error_keeps_the_workflow_closed(url: String) {
     );
     server.stop().await;
 }
+
+both_http!(cancel_answers_a_waiting_permission_with_cancelled);
+
+async fn cancel_answers_a_waiting_permission_with_cancelled(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = start(&api, "/e2e:permission").await;
+    api.wait_for(
+        &format!("/api/v1/tasks/{task}/sessions"),
+        "the permission",
+        |v| v["sessions"][0]["pending_action"] == "permission",
+    )
+    .await;
+    assert_eq!(
+        api.post(&format!("/api/v1/sessions/{session}/cancel"), json!({}))
+            .await
+            .0,
+        200
+    );
+    wait_turns_done(&api, &session, 1).await;
+    let last = texts(&messages(&api, &session).await).pop().unwrap();
+    assert_eq!(last.1, "Permission outcome: cancelled");
+    let s = session_state(&api, &task, &session).await;
+    assert_eq!(s["pending_action"], Value::Null);
+    server.stop().await;
+}

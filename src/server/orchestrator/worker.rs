@@ -90,6 +90,7 @@ pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandl
         events_tx,
         queue: VecDeque::new(),
         resumes: VecDeque::new(),
+        permissions: Vec::new(),
         open_turn: None,
         text: None,
         thought: None,
@@ -109,6 +110,8 @@ struct Worker {
     queue: VecDeque<String>,
     /// Accepted resumes waiting for the open turn to end; they go before queued prompts.
     resumes: VecDeque<Resume>,
+    /// Permission requests of the open turn that may still wait for the human.
+    permissions: Vec<String>,
     open_turn: Option<String>,
     /// The agent reply being streamed: (message id, content so far).
     text: Option<(String, String)>,
@@ -150,6 +153,8 @@ impl Worker {
             Command::Cancel => {
                 if let (Some(agent), Some(_)) = (&self.agent, &self.open_turn) {
                     agent.cancel();
+                    // ACP: after session/cancel, pending permission requests answer Cancelled.
+                    self.cancel_permissions().await;
                 }
             }
         }
@@ -446,6 +451,7 @@ impl Worker {
             )
             .await?;
         self.state.runtime.permissions.put(&request.id, ask.reply);
+        self.permissions.push(request.id.clone());
         self.text = None;
         self.append(
             MessageAuthor::Agent,
@@ -465,10 +471,34 @@ impl Worker {
         Ok(())
     }
 
+    /// Answers every still-waiting permission request of the open turn with Cancelled.
+    async fn cancel_permissions(&mut self) {
+        for id in std::mem::take(&mut self.permissions) {
+            if let Some(reply) = self.state.runtime.permissions.take(&id) {
+                let _ = reply.send(None);
+                let _ = self
+                    .state
+                    .repo
+                    .resolve_permission_request(&id, "cancelled", None, self.state.clock.now())
+                    .await;
+                self.state.hub.publish(
+                    crate::server::events::Event::new(
+                        "permission.resolved",
+                        serde_json::json!({ "permission_id": id, "status": "cancelled" }),
+                    )
+                    .for_task(self.task_id.clone())
+                    .for_session(self.session_id.clone()),
+                );
+            }
+        }
+    }
+
     async fn finish_turn(&mut self, result: Result<String, agents::PromptFailure>) {
         let Some(turn_id) = self.open_turn.take() else {
             return;
         };
+        // A finished turn leaves no permission request waiting.
+        self.cancel_permissions().await;
         let now = self.state.clock.now();
         if let Err(failure) = &result {
             if failure.connection_lost {
