@@ -5,7 +5,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{Api, TestServer};
+use support::{Api, SHORT_TIMEOUT, TestServer};
 
 both_http!(
     scenario_simple_message,
@@ -19,23 +19,6 @@ both_http!(
     bad_prompts_get_clear_errors,
 );
 
-/// Creates a task whose primary session runs `prompt`; returns (task id, session id).
-async fn start(api: &Api, prompt: &str) -> (String, String) {
-    let (status, task) = api
-        .post(
-            "/api/v1/tasks",
-            json!({ "title": "agent task", "prompt": prompt }),
-        )
-        .await;
-    assert_eq!(status, 200, "{task}");
-    let task_id = task["id"].as_str().unwrap().to_string();
-    let session_id = task["primary_session_id"]
-        .as_str()
-        .expect("a primary session")
-        .to_string();
-    (task_id, session_id)
-}
-
 async fn session_state(api: &Api, task: &str, session: &str) -> Value {
     let (_, v) = api.get(&format!("/api/v1/tasks/{task}/sessions")).await;
     v["sessions"]
@@ -45,32 +28,6 @@ async fn session_state(api: &Api, task: &str, session: &str) -> Value {
         .find(|s| s["id"] == session)
         .cloned()
         .unwrap()
-}
-
-/// Waits until the session has `n` completed turns and is idle again.
-async fn wait_turns_done(api: &Api, session: &str, n: usize) -> Vec<Value> {
-    api.wait_for(
-        &format!("/api/v1/sessions/{session}/turns"),
-        &format!("{n} completed turns"),
-        |v| {
-            v["turns"]
-                .as_array()
-                .is_some_and(|t| t.len() == n && t.iter().all(|t| !t["completed_at"].is_null()))
-        },
-    )
-    .await["turns"]
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
-async fn messages(api: &Api, session: &str) -> Vec<Value> {
-    api.get(&format!("/api/v1/sessions/{session}/messages"))
-        .await
-        .1["messages"]
-        .as_array()
-        .unwrap()
-        .clone()
 }
 
 fn texts(messages: &[Value]) -> Vec<(String, String)> {
@@ -116,9 +73,9 @@ async fn wait_bundle(api: &Api, session: &str) -> Value {
 async fn scenario_simple_message(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (task, session) = start(&api, "/e2e:simple-message").await;
-    let turns = wait_turns_done(&api, &session, 1).await;
-    let msgs = messages(&api, &session).await;
+    let (task, session) = api.start_task("/e2e:simple-message").await;
+    let turns = api.wait_turns_done(&session, 1).await;
+    let msgs = api.messages(&session).await;
     assert_eq!(
         texts(&msgs),
         vec![
@@ -150,7 +107,9 @@ async fn scenario_simple_message(url: String) {
 async fn scenario_echo_and_queued_prompts(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (_task, session) = start(&api, "e2e:delay(300)\ne2e:message(\"first done\")").await;
+    let (_task, session) = api
+        .start_task("e2e:delay(300)\ne2e:message(\"first done\")")
+        .await;
     // While the first turn is open, prompts queue and run in order.
     let (status, queued) = api
         .post(
@@ -165,8 +124,8 @@ async fn scenario_echo_and_queued_prompts(url: String) {
         json!({ "content": "third" }),
     )
     .await;
-    wait_turns_done(&api, &session, 3).await;
-    let agent: Vec<String> = texts(&messages(&api, &session).await)
+    api.wait_turns_done(&session, 3).await;
+    let agent: Vec<String> = texts(&api.messages(&session).await)
         .into_iter()
         .filter(|(a, _)| a == "agent")
         .map(|(_, t)| t)
@@ -178,7 +137,7 @@ async fn scenario_echo_and_queued_prompts(url: String) {
 async fn scenario_clarification_answered_live(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (task, session) = start(&api, "/e2e:clarification").await;
+    let (task, session) = api.start_task("/e2e:clarification").await;
     let bundle = wait_bundle(&api, &session).await;
     assert_eq!(bundle["status"], "pending");
     assert_eq!(bundle["active"], true);
@@ -214,8 +173,8 @@ async fn scenario_clarification_answered_live(url: String) {
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["claimed"], true);
     assert_eq!(r["status"], "answered");
-    wait_turns_done(&api, &session, 1).await;
-    let agent: Vec<String> = texts(&messages(&api, &session).await)
+    api.wait_turns_done(&session, 1).await;
+    let agent: Vec<String> = texts(&api.messages(&session).await)
         .into_iter()
         .filter(|(a, _)| a == "agent")
         .map(|(_, t)| t)
@@ -262,7 +221,7 @@ async fn scenario_clarification_answered_live(url: String) {
 async fn scenario_clarification_multi_rejected_live(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (_task, session) = start(&api, "/e2e:clarification-multi").await;
+    let (_task, session) = api.start_task("/e2e:clarification-multi").await;
     let bundle = wait_bundle(&api, &session).await;
     let ids: Vec<&str> = bundle["questions"]
         .as_array()
@@ -307,8 +266,8 @@ async fn scenario_clarification_multi_rejected_live(url: String) {
         .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["status"], "rejected");
-    wait_turns_done(&api, &session, 1).await;
-    let last = texts(&messages(&api, &session).await).pop().unwrap();
+    api.wait_turns_done(&session, 1).await;
+    let last = texts(&api.messages(&session).await).pop().unwrap();
     assert_eq!(
         last.1,
         r#"You answered: {"rejected":true,"reject_reason":"later"}"#
@@ -325,13 +284,11 @@ async fn scenario_clarification_multi_rejected_live(url: String) {
     server.stop().await;
 }
 
-const SHORT_TIMEOUT: &str = r#"e2e:ask-timeout(300, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})"#;
-
 async fn scenario_clarification_timeout_detaches_and_resumes_once(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (task, session) = start(&api, SHORT_TIMEOUT).await;
-    wait_turns_done(&api, &session, 1).await;
+    let (task, session) = api.start_task(SHORT_TIMEOUT).await;
+    api.wait_turns_done(&session, 1).await;
     let bundle = wait_bundle(&api, &session).await;
     let pending_id = bundle["pending_id"].as_str().unwrap().to_string();
     let b = api
@@ -346,7 +303,7 @@ async fn scenario_clarification_timeout_detaches_and_resumes_once(url: String) {
         (Some("pending"), Some(true)),
         "detached questions stay answerable"
     );
-    let last = texts(&messages(&api, &session).await).pop().unwrap();
+    let last = texts(&api.messages(&session).await).pop().unwrap();
     assert_eq!(last.1, "Question timed out, continuing without answer.");
     assert_eq!(
         session_state(&api, &task, &session).await["pending_action"],
@@ -359,8 +316,8 @@ async fn scenario_clarification_timeout_detaches_and_resumes_once(url: String) {
         .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["claimed"], true);
-    wait_turns_done(&api, &session, 2).await;
-    let msgs = messages(&api, &session).await;
+    api.wait_turns_done(&session, 2).await;
+    let msgs = api.messages(&session).await;
     let resumed: Vec<_> = msgs
         .iter()
         .filter(|m| m["content"].as_str().unwrap().contains("use sqlite please"))
@@ -383,7 +340,7 @@ async fn scenario_clarification_timeout_detaches_and_resumes_once(url: String) {
 async fn scenario_permission(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (task, session) = start(&api, "/e2e:permission").await;
+    let (task, session) = api.start_task("/e2e:permission").await;
     let msgs = api
         .wait_for(
             &format!("/api/v1/sessions/{session}/messages"),
@@ -427,8 +384,8 @@ async fn scenario_permission(url: String) {
         )
         .await;
     assert_eq!(status, 200, "{r}");
-    wait_turns_done(&api, &session, 1).await;
-    let last = texts(&messages(&api, &session).await).pop().unwrap();
+    api.wait_turns_done(&session, 1).await;
+    let last = texts(&api.messages(&session).await).pop().unwrap();
     assert_eq!(last.1, "Permission outcome: selected allow");
     assert_eq!(
         api.post(
@@ -445,8 +402,8 @@ async fn scenario_permission(url: String) {
 async fn l20_prompt_after_detached_question_supersedes_it(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (task, session) = start(&api, SHORT_TIMEOUT).await;
-    wait_turns_done(&api, &session, 1).await;
+    let (task, session) = api.start_task(SHORT_TIMEOUT).await;
+    api.wait_turns_done(&session, 1).await;
     let pending_id = wait_bundle(&api, &session).await["pending_id"]
         .as_str()
         .unwrap()
@@ -462,7 +419,7 @@ async fn l20_prompt_after_detached_question_supersedes_it(url: String) {
         json!({ "content": "never mind" }),
     )
     .await;
-    wait_turns_done(&api, &session, 2).await;
+    api.wait_turns_done(&session, 2).await;
     let b = api
         .get(&format!("/api/v1/clarifications/{pending_id}"))
         .await
@@ -524,7 +481,7 @@ async fn n3_workflow_waits_for_the_question_and_advances_after(url: String) {
         asked["id"].as_str().unwrap().to_string(),
         asked["primary_session_id"].as_str().unwrap().to_string(),
     );
-    wait_turns_done(&api, &session, 1).await;
+    api.wait_turns_done(&session, 1).await;
     let pending_id = wait_bundle(&api, &session).await["pending_id"]
         .as_str()
         .unwrap()
@@ -610,9 +567,9 @@ async fn bad_prompts_get_clear_errors(url: String) {
         .unwrap();
     assert_eq!(r.status(), 401);
     // Invalid tool input: a tool error the agent reports, and no bundle written.
-    let (_, session) = start(&api, r#"e2e:ask({"questions": []})"#).await;
-    wait_turns_done(&api, &session, 1).await;
-    let msgs = messages(&api, &session).await;
+    let (_, session) = api.start_task(r#"e2e:ask({"questions": []})"#).await;
+    api.wait_turns_done(&session, 1).await;
+    let msgs = api.messages(&session).await;
     let last = texts(&msgs).pop().unwrap();
     assert!(
         last.1.starts_with("The question failed:") && last.1.contains("1–4"),
@@ -632,7 +589,7 @@ both_http!(
 async fn scenario_clarification_timeout_5s(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (_task, session) = start(&api, "/e2e:clarification-timeout").await;
+    let (_task, session) = api.start_task("/e2e:clarification-timeout").await;
     let bundle = wait_bundle(&api, &session).await;
     assert_eq!(bundle["detached"], false, "live while the agent waits");
     let turns = api
@@ -658,7 +615,7 @@ async fn scenario_clarification_timeout_5s(url: String) {
         ),
         (Some(true), Some(true), Some("pending"))
     );
-    let last = texts(&messages(&api, &session).await).pop().unwrap();
+    let last = texts(&api.messages(&session).await).pop().unwrap();
     assert_eq!(last.1, "Question timed out, continuing without answer.");
     server.stop().await;
 }
@@ -666,7 +623,9 @@ async fn scenario_clarification_timeout_5s(url: String) {
 async fn agent_crash_fails_the_session_with_the_reason(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (task, session) = start(&api, "e2e:message(\"about to crash\")\ne2e:exit(3)").await;
+    let (task, session) = api
+        .start_task("e2e:message(\"about to crash\")\ne2e:exit(3)")
+        .await;
     let s = api
         .wait_for(
             &format!("/api/v1/tasks/{task}/sessions"),
@@ -675,7 +634,7 @@ async fn agent_crash_fails_the_session_with_the_reason(url: String) {
         )
         .await;
     assert!(s["sessions"][0]["completed_at"].is_string());
-    let msgs = messages(&api, &session).await;
+    let msgs = api.messages(&session).await;
     let error = msgs
         .iter()
         .find(|m| m["kind"] == "error")
@@ -720,7 +679,9 @@ async fn agent_crash_fails_the_session_with_the_reason(url: String) {
 async fn cancel_ends_the_open_turn(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (task, session) = start(&api, "e2e:delay(200)\ne2e:message(\"should not be said\")").await;
+    let (task, session) = api
+        .start_task("e2e:delay(200)\ne2e:message(\"should not be said\")")
+        .await;
     api.wait_for(&format!("/api/v1/tasks/{task}/sessions"), "running", |v| {
         v["sessions"][0]["state"] == "running"
     })
@@ -731,9 +692,9 @@ async fn cancel_ends_the_open_turn(url: String) {
             .0,
         200
     );
-    wait_turns_done(&api, &session, 1).await;
+    api.wait_turns_done(&session, 1).await;
     assert!(
-        texts(&messages(&api, &session).await)
+        texts(&api.messages(&session).await)
             .iter()
             .all(|(_, t)| t != "should not be said")
     );
@@ -743,7 +704,7 @@ async fn cancel_ends_the_open_turn(url: String) {
 async fn primary_session_can_change(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (task, first) = start(&api, "/e2e:simple-message").await;
+    let (task, first) = api.start_task("/e2e:simple-message").await;
     let (status, second) = api
         .post(
             &format!("/api/v1/tasks/{task}/sessions"),
@@ -826,7 +787,7 @@ both_http!(cancel_answers_a_waiting_permission_with_cancelled);
 async fn cancel_answers_a_waiting_permission_with_cancelled(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (task, session) = start(&api, "/e2e:permission").await;
+    let (task, session) = api.start_task("/e2e:permission").await;
     api.wait_for(
         &format!("/api/v1/tasks/{task}/sessions"),
         "the permission",
@@ -839,8 +800,8 @@ async fn cancel_answers_a_waiting_permission_with_cancelled(url: String) {
             .0,
         200
     );
-    wait_turns_done(&api, &session, 1).await;
-    let last = texts(&messages(&api, &session).await).pop().unwrap();
+    api.wait_turns_done(&session, 1).await;
+    let last = texts(&api.messages(&session).await).pop().unwrap();
     assert_eq!(last.1, "Permission outcome: cancelled");
     let s = session_state(&api, &task, &session).await;
     assert_eq!(s["pending_action"], Value::Null);

@@ -3,56 +3,8 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{Api, TestServer};
+use support::{Api, SHORT_TIMEOUT, TestServer, turns_done};
 use turnstile::model::PendingActionRevision;
-
-const SHORT_TIMEOUT: &str = r#"e2e:ask-timeout(300, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})"#;
-
-fn turns_done(n: usize) -> impl Fn(&Value) -> bool {
-    move |v| {
-        v["turns"]
-            .as_array()
-            .is_some_and(|t| t.len() == n && t.iter().all(|t| t["completed_at"].is_string()))
-    }
-}
-
-async fn start(api: &Api, prompt: &str) -> (String, String) {
-    let (_, t) = api
-        .post(
-            "/api/v1/tasks",
-            json!({ "title": prompt, "prompt": prompt }),
-        )
-        .await;
-    (
-        t["id"].as_str().unwrap().to_string(),
-        t["primary_session_id"].as_str().unwrap().to_string(),
-    )
-}
-
-async fn pending_of(api: &Api, session: &str) -> String {
-    let msgs = api
-        .wait_for(
-            &format!("/api/v1/sessions/{session}/messages"),
-            "a request",
-            |v| {
-                v["messages"].as_array().is_some_and(|m| {
-                    m.iter().any(|m| {
-                        m["kind"] == "clarification_request" || m["kind"] == "permission_request"
-                    })
-                })
-            },
-        )
-        .await;
-    msgs["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["pending_id"].is_string())
-        .unwrap()["pending_id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
 
 /// I2: each task's stored summary equals the aggregate of its sessions' pending actions.
 async fn assert_converged(api: &Api) {
@@ -126,19 +78,19 @@ both_http!(
 async fn i2_summaries_converge_after_scenarios_and_a_restart(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (_, simple) = start(&api, "/e2e:simple-message").await;
-    let (_, answered) = start(&api, "/e2e:clarification").await;
-    let (_, waiting) = start(&api, "/e2e:clarification-multi").await;
-    let (_, detached) = start(&api, SHORT_TIMEOUT).await;
-    let (_, permission) = start(&api, "/e2e:permission").await;
-    let (_, superseded) = start(&api, SHORT_TIMEOUT).await;
+    let (_, simple) = api.start_task("/e2e:simple-message").await;
+    let (_, answered) = api.start_task("/e2e:clarification").await;
+    let (_, waiting) = api.start_task("/e2e:clarification-multi").await;
+    let (_, detached) = api.start_task(SHORT_TIMEOUT).await;
+    let (_, permission) = api.start_task("/e2e:permission").await;
+    let (_, superseded) = api.start_task(SHORT_TIMEOUT).await;
     api.wait_for(
         &format!("/api/v1/sessions/{simple}/turns"),
         "simple",
         turns_done(1),
     )
     .await;
-    let p = pending_of(&api, &answered).await;
+    let p = api.pending_id(&answered).await;
     api.post(
         &format!("/api/v1/clarifications/{p}/respond"),
         json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
@@ -150,14 +102,14 @@ async fn i2_summaries_converge_after_scenarios_and_a_restart(url: String) {
         turns_done(1),
     )
     .await;
-    pending_of(&api, &waiting).await;
+    api.pending_id(&waiting).await;
     api.wait_for(
         &format!("/api/v1/sessions/{detached}/turns"),
         "detached",
         turns_done(1),
     )
     .await;
-    pending_of(&api, &permission).await;
+    api.pending_id(&permission).await;
     api.wait_for(
         &format!("/api/v1/sessions/{superseded}/turns"),
         "superseded 1",
@@ -223,7 +175,7 @@ async fn l18_failure_after_acceptance_keeps_the_answer(url: String) {
         t["id"].as_str().unwrap().to_string(),
         t["primary_session_id"].as_str().unwrap().to_string(),
     );
-    let pending_id = pending_of(&api, &session).await;
+    let pending_id = api.pending_id(&session).await;
     api.wait_for(
         &format!("/api/v1/sessions/{session}/turns"),
         "turn 1",
@@ -270,8 +222,8 @@ async fn l18_failure_after_acceptance_keeps_the_answer(url: String) {
 async fn i5_conflict_publishes_nothing(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let (_, session) = start(&api, SHORT_TIMEOUT).await;
-    let pending_id = pending_of(&api, &session).await;
+    let (task, session) = api.start_task(SHORT_TIMEOUT).await;
+    let pending_id = api.pending_id(&session).await;
     api.wait_for(
         &format!("/api/v1/sessions/{session}/turns"),
         "turn 1",
@@ -288,6 +240,11 @@ async fn i5_conflict_publishes_nothing(url: String) {
         "turn 2",
         turns_done(2),
     )
+    .await;
+    // The worker's last act for a turn is the idle state: after it, the session is quiet.
+    api.wait_for(&format!("/api/v1/tasks/{task}/sessions"), "idle", |v| {
+        v["sessions"][0]["state"] == "waiting_for_input"
+    })
     .await;
     let before = server.state.repo.get_bundle(&pending_id).await.unwrap();
     let mut rx = server.state.hub.subscribe();
@@ -316,7 +273,8 @@ async fn i5_conflict_publishes_nothing(url: String) {
     while let Ok(e) = rx.try_recv() {
         let about_it = e.action.starts_with("clarification.")
             || e.task_id.as_deref() == Some(task_id.as_str())
-                && e.action != "task.status_summary.updated";
+                && (e.action.starts_with("session.message.")
+                    || e.action.starts_with("session.turn."));
         assert!(!about_it, "published after a 409/400: {e:?}");
     }
     server.stop().await;

@@ -6,11 +6,9 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{Api, TestServer};
+use support::{Api, SHORT_TIMEOUT, TestServer};
 use turnstile::model::BundleStatus;
 use turnstile::server::repo::{Claim, ClaimOutcome};
-
-const SHORT_TIMEOUT: &str = r#"e2e:ask-timeout(300, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})"#;
 
 #[derive(Clone, Copy, Debug)]
 /// The last durable step before the crash.

@@ -6,33 +6,9 @@ mod support;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use support::{Api, TestServer};
+use support::{Api, SHORT_TIMEOUT, TestServer};
 
-const SHORT_TIMEOUT: &str = r#"e2e:ask-timeout(300, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})"#;
 const RESPONDERS: usize = 50;
-
-async fn pending_of(api: &Api, session: &str) -> String {
-    let msgs = api
-        .wait_for(
-            &format!("/api/v1/sessions/{session}/messages"),
-            "a question",
-            |v| {
-                v["messages"]
-                    .as_array()
-                    .is_some_and(|m| m.iter().any(|m| m["kind"] == "clarification_request"))
-            },
-        )
-        .await;
-    msgs["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["kind"] == "clarification_request")
-        .unwrap()["pending_id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
 
 /// Fires the responders together (a barrier releases them at once); returns the bodies.
 async fn race(api: &Api, pending_id: &str) -> Vec<Value> {
@@ -84,20 +60,6 @@ fn check_one_winner(bodies: &[Value]) -> String {
     chosen
 }
 
-async fn agent_lines(api: &Api, session: &str) -> Vec<String> {
-    let msgs = api
-        .get(&format!("/api/v1/sessions/{session}/messages"))
-        .await
-        .1;
-    msgs["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["author"] == "agent")
-        .map(|m| m["content"].as_str().unwrap().to_string())
-        .collect()
-}
-
 both_http!(
     i3_fifty_responders_on_a_live_bundle,
     i4_fifty_responders_on_a_detached_bundle
@@ -113,7 +75,7 @@ async fn i3_fifty_responders_on_a_live_bundle(url: String) {
         )
         .await;
     let session = task["primary_session_id"].as_str().unwrap().to_string();
-    let pending_id = pending_of(&api, &session).await;
+    let pending_id = api.pending_id(&session).await;
     let chosen = check_one_winner(&race(&api, &pending_id).await);
     api.wait_for(
         &format!("/api/v1/sessions/{session}/turns"),
@@ -121,7 +83,8 @@ async fn i3_fifty_responders_on_a_live_bundle(url: String) {
         |v| v["turns"][0]["completed_at"].is_string(),
     )
     .await;
-    let answered: Vec<String> = agent_lines(&api, &session)
+    let answered: Vec<String> = api
+        .agent_lines(&session)
         .await
         .into_iter()
         .filter(|l| l.starts_with("You answered"))
@@ -155,7 +118,7 @@ async fn i4_fifty_responders_on_a_detached_bundle(url: String) {
         )
         .await;
     let session = task["primary_session_id"].as_str().unwrap().to_string();
-    let pending_id = pending_of(&api, &session).await;
+    let pending_id = api.pending_id(&session).await;
     api.wait_for(
         &format!("/api/v1/clarifications/{pending_id}"),
         "detached",
@@ -179,7 +142,8 @@ async fn i4_fifty_responders_on_a_detached_bundle(url: String) {
         },
     )
     .await;
-    let resumed: Vec<String> = agent_lines(&api, &session)
+    let resumed: Vec<String> = api
+        .agent_lines(&session)
         .await
         .into_iter()
         .filter(|l| l.starts_with("Thanks, continuing"))

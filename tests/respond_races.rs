@@ -7,60 +7,13 @@ mod support;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use support::{Api, TestServer, raw_exec};
+use support::{Api, SHORT_TIMEOUT, TestServer, raw_exec, turns_done};
 use tokio::sync::Semaphore;
 use turnstile::server::hooks::Point;
 
 const SLOW_TIMEOUT: &str = r#"e2e:ask-timeout(1500, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})"#;
-const SHORT_TIMEOUT: &str = r#"e2e:ask-timeout(300, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})"#;
-
 fn answer(option: &str) -> Value {
     json!({ "answers": [{ "question_id": "db", "selected_options": [option] }] })
-}
-
-async fn pending_of(api: &Api, session: &str) -> String {
-    let msgs = api
-        .wait_for(
-            &format!("/api/v1/sessions/{session}/messages"),
-            "a question",
-            |v| {
-                v["messages"]
-                    .as_array()
-                    .is_some_and(|m| m.iter().any(|m| m["kind"] == "clarification_request"))
-            },
-        )
-        .await;
-    msgs["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["kind"] == "clarification_request")
-        .unwrap()["pending_id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-fn turns_done(n: usize) -> impl Fn(&Value) -> bool {
-    move |v| {
-        v["turns"]
-            .as_array()
-            .is_some_and(|t| t.len() == n && t.iter().all(|t| t["completed_at"].is_string()))
-    }
-}
-
-async fn agent_lines(api: &Api, session: &str) -> Vec<String> {
-    let msgs = api
-        .get(&format!("/api/v1/sessions/{session}/messages"))
-        .await
-        .1;
-    msgs["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["author"] == "agent")
-        .map(|m| m["content"].as_str().unwrap().to_string())
-        .collect()
 }
 
 /// Pauses every responder after its claim until the returned gate gets a permit.
@@ -105,7 +58,7 @@ async fn claim_then_agent_gives_up_and_turn_completes_resumes_once(url: String) 
         )
         .await;
     let session = task["primary_session_id"].as_str().unwrap().to_string();
-    let pending_id = pending_of(&api, &session).await;
+    let pending_id = api.pending_id(&session).await;
     let gate = gate_after_claim(&server);
     let responder = respond_in_background(&api, &pending_id, answer("sqlite"));
     api.wait_for(
@@ -123,7 +76,7 @@ async fn claim_then_agent_gives_up_and_turn_completes_resumes_once(url: String) 
     )
     .await;
     assert!(
-        agent_lines(&api, &session)
+        api.agent_lines(&session)
             .await
             .contains(&"Question timed out, continuing without answer.".to_string())
     );
@@ -141,7 +94,8 @@ async fn claim_then_agent_gives_up_and_turn_completes_resumes_once(url: String) 
         turns_done(2),
     )
     .await;
-    let resumed: Vec<String> = agent_lines(&api, &session)
+    let resumed: Vec<String> = api
+        .agent_lines(&session)
         .await
         .into_iter()
         .filter(|l| l.contains("sqlite"))
@@ -160,7 +114,7 @@ async fn claim_then_new_prompt_queues_the_resume_behind_it(url: String) {
         )
         .await;
     let session = task["primary_session_id"].as_str().unwrap().to_string();
-    let pending_id = pending_of(&api, &session).await;
+    let pending_id = api.pending_id(&session).await;
     api.wait_for(
         &format!("/api/v1/sessions/{session}/turns"),
         "turn 1",
@@ -199,7 +153,7 @@ async fn claim_then_new_prompt_queues_the_resume_behind_it(url: String) {
         turns_done(3),
     )
     .await;
-    let lines = agent_lines(&api, &session).await;
+    let lines = api.agent_lines(&session).await;
     let busy = lines
         .iter()
         .position(|l| l == "busy")
@@ -235,7 +189,7 @@ async fn l18_resume_failing_before_acceptance_restores_the_question(url: String)
         task["id"].as_str().unwrap().to_string(),
         task["primary_session_id"].as_str().unwrap().to_string(),
     );
-    let pending_id = pending_of(&api, &session).await;
+    let pending_id = api.pending_id(&session).await;
     api.wait_for(
         &format!("/api/v1/sessions/{session}/turns"),
         "turn 1",

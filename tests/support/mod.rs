@@ -279,3 +279,91 @@ impl Api {
         }
     }
 }
+
+/// The mock agent asks one question with a 300 ms client-side timeout: the bundle detaches
+/// and the turn completes (a detached, still-active question).
+pub const SHORT_TIMEOUT: &str = r#"e2e:ask-timeout(300, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})"#;
+
+/// `GET /sessions/{id}/turns` holds exactly `n` turns, all completed.
+pub fn turns_done(n: usize) -> impl Fn(&serde_json::Value) -> bool {
+    move |v| {
+        v["turns"]
+            .as_array()
+            .is_some_and(|t| t.len() == n && t.iter().all(|t| t["completed_at"].is_string()))
+    }
+}
+
+impl Api {
+    /// A task whose primary session runs `prompt`: (task id, session id).
+    pub async fn start_task(&self, prompt: &str) -> (String, String) {
+        let (status, task) = self
+            .post(
+                "/api/v1/tasks",
+                serde_json::json!({ "title": "agent task", "prompt": prompt }),
+            )
+            .await;
+        assert_eq!(status, 200, "{task}");
+        (
+            task["id"].as_str().unwrap().to_string(),
+            task["primary_session_id"]
+                .as_str()
+                .expect("a primary session")
+                .to_string(),
+        )
+    }
+
+    pub async fn messages(&self, session: &str) -> Vec<serde_json::Value> {
+        self.get(&format!("/api/v1/sessions/{session}/messages"))
+            .await
+            .1["messages"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    /// The contents of the agent's messages, in order.
+    pub async fn agent_lines(&self, session: &str) -> Vec<String> {
+        self.messages(session)
+            .await
+            .into_iter()
+            .filter(|m| m["author"] == "agent")
+            .map(|m| m["content"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// Waits for the first question or permission request of the session; returns its id.
+    pub async fn pending_id(&self, session: &str) -> String {
+        let msgs = self
+            .wait_for(
+                &format!("/api/v1/sessions/{session}/messages"),
+                "a question or permission request",
+                |v| {
+                    v["messages"]
+                        .as_array()
+                        .is_some_and(|m| m.iter().any(|m| m["pending_id"].is_string()))
+                },
+            )
+            .await;
+        msgs["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["pending_id"].is_string())
+            .unwrap()["pending_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    pub async fn wait_turns_done(&self, session: &str, n: usize) -> Vec<serde_json::Value> {
+        self.wait_for(
+            &format!("/api/v1/sessions/{session}/turns"),
+            &format!("{n} completed turns"),
+            turns_done(n),
+        )
+        .await["turns"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+}

@@ -471,6 +471,27 @@ impl Worker {
         Ok(())
     }
 
+    /// A system error row in `turn_id`, shown in the transcript.
+    async fn system_error(&self, turn_id: &str, content: String) {
+        let message = NewMessage {
+            session_id: self.session_id.clone(),
+            turn_id: turn_id.to_string(),
+            author: MessageAuthor::System,
+            kind: MessageKind::Error,
+            content,
+            pending_id: None,
+        };
+        match self
+            .state
+            .repo
+            .insert_message(&message, self.state.clock.now())
+            .await
+        {
+            Ok(m) => publish::message(&self.state, "session.message.added", &m).await,
+            Err(e) => tracing::error!(error = %e, "cannot record an agent error"),
+        }
+    }
+
     /// Answers every still-waiting permission request of the open turn with Cancelled.
     async fn cancel_permissions(&mut self) {
         for id in std::mem::take(&mut self.permissions) {
@@ -506,22 +527,11 @@ impl Worker {
                 self.open_turn = Some(turn_id);
                 return;
             }
-            let reason = &failure.message;
-            let _ = self
-                .state
-                .repo
-                .insert_message(
-                    &NewMessage {
-                        session_id: self.session_id.clone(),
-                        turn_id: turn_id.clone(),
-                        author: MessageAuthor::System,
-                        kind: MessageKind::Error,
-                        content: format!("The agent could not finish this turn: {reason}"),
-                        pending_id: None,
-                    },
-                    now,
-                )
-                .await;
+            self.system_error(
+                &turn_id,
+                format!("The agent could not finish this turn: {}", failure.message),
+            )
+            .await;
         }
         // L9/L10: completing this turn detaches only its own waiting bundles.
         match self.state.repo.complete_turn(&turn_id, now).await {
@@ -571,26 +581,12 @@ impl Worker {
                 .flatten(),
         };
         if let Some(turn_id) = turn {
-            let now = self.state.clock.now();
-            if let Ok(m) = self
+            self.system_error(&turn_id, reason.to_string()).await;
+            let _ = self
                 .state
                 .repo
-                .insert_message(
-                    &NewMessage {
-                        session_id: self.session_id.clone(),
-                        turn_id: turn_id.clone(),
-                        author: MessageAuthor::System,
-                        kind: MessageKind::Error,
-                        content: reason.to_string(),
-                        pending_id: None,
-                    },
-                    now,
-                )
-                .await
-            {
-                publish::message(&self.state, "session.message.added", &m).await;
-            }
-            let _ = self.state.repo.complete_turn(&turn_id, now).await;
+                .complete_turn(&turn_id, self.state.clock.now())
+                .await;
         }
         self.queue.clear();
         let _ = sessions::set_state(&self.state, &self.session_id, SessionState::Failed).await;
