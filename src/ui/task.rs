@@ -39,7 +39,7 @@ pub fn TaskPage() -> impl IntoView {
             .iter()
             .find(|t| t.id == id)
             .and_then(|t| t.task_pending_action);
-        match resolve_session(pending, &list, None) {
+        match resolve_session(pending, &list, remembered(&id).as_deref()) {
             Some(session) => navigate(
                 &format!("/t/{id}?session={session}"),
                 NavigateOptions {
@@ -51,7 +51,13 @@ pub fn TaskPage() -> impl IntoView {
             None => drawer.resolved.set(Some(id)),
         }
     });
-    Effect::new(move |_| live.watched.set(selected.get()));
+    Effect::new(move |_| {
+        let session = selected.get();
+        if let Some(s) = &session {
+            remember(&task_id.get_untracked(), s);
+        }
+        live.watched.set(session);
+    });
     view! {
         <section class="task-page" data-task-id=move || task_id.get()>
             <Suspense fallback=|| view! { <p class="muted">"Loading sessions…"</p> }>
@@ -101,4 +107,30 @@ fn SessionTabs(
                 .collect_view()}
         </nav>
     }
+}
+
+/// N1 "remembered": the session last viewed for a task, kept in the browser.
+fn remembered(task_id: &str) -> Option<String> {
+    #[cfg(feature = "hydrate")]
+    {
+        let storage = window().local_storage().ok().flatten()?;
+        storage
+            .get_item(&format!("turnstile.session.{task_id}"))
+            .ok()
+            .flatten()
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        let _ = task_id;
+        None
+    }
+}
+
+fn remember(task_id: &str, session_id: &str) {
+    #[cfg(feature = "hydrate")]
+    if let Some(storage) = window().local_storage().ok().flatten() {
+        let _ = storage.set_item(&format!("turnstile.session.{task_id}"), session_id);
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (task_id, session_id);
 }
