@@ -57,3 +57,23 @@ test("Skip rejects the question and the overlay closes", async ({ page, request 
   await expect(overlay).toHaveCount(0);
   await expect(page.getByTestId("chat-message").filter({ hasText: '"rejected":true' })).toBeVisible();
 });
+
+test("N1: a clean task reopens the session last viewed (remembered → primary → first)", async ({ page, request }) => {
+  const api = new Api(request);
+  const task = await api.createTask("Remembered", { prompt: "/e2e:simple-message" });
+  const primary = task.primary_session_id!;
+  await api.waitTurnsDone(primary, 1);
+  const other = await api.addSession(task.id, "/e2e:simple-message");
+  await api.waitTurnsDone(other.id, 1);
+
+  // Without a remembered session, the primary opens.
+  await page.goto(`/t/${task.id}`);
+  await expect(page.getByTestId("chat-panel")).toHaveAttribute("data-active-session-id", primary);
+  // View the other session, leave, click the task again: the other session reopens.
+  await page.locator(`[data-testid="session-tab"][data-session-id="${other.id}"]`).click();
+  await expect(page.getByTestId("chat-panel")).toHaveAttribute("data-active-session-id", other.id);
+  await page.goto("/");
+  await expect(page.locator("body")).toHaveAttribute("data-hydrated", "true");
+  await page.locator(`[data-testid="sidebar-task-item"][data-task-id="${task.id}"]`).click();
+  await expect(page).toHaveURL(new RegExp(`session=${other.id}`));
+});
