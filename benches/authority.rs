@@ -1,0 +1,235 @@
+//! B1 (shared/design/performance.md): the cost of "is there an active question?" must not grow
+//! with history. For 100 sessions, measures `pending_actions_for_sessions` (batch) and
+//! `active_bundles` (one session) with 1 and with N historical turns per session, each old turn
+//! holding a stale pending bundle, against a naive baseline that reads the whole history and
+//! decides in Rust. Ratios are taken within the same run.
+//!
+//!     cargo bench --bench authority             # N = 1,000
+//!     cargo bench --bench authority -- --quick  # N = 100
+//!
+//! PostgreSQL runs too when TEST_POSTGRES_URL is set (scripts/postgres.sh can start one).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use turnstile::model::{MessageAuthor, MessageKind, SessionState};
+use turnstile::server::repo::{
+    self, NewBundle, NewMessage, NewSession, NewTask, NewTurn, Repository,
+};
+
+const SESSIONS: usize = 100;
+const SAMPLES: usize = 30;
+
+async fn fresh(url_base: &str, name: &str) -> Arc<dyn Repository> {
+    if url_base.starts_with("sqlite") {
+        let dir =
+            std::env::temp_dir().join(format!("turnstile-bench-{name}-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).unwrap();
+        return repo::connect(&format!("sqlite:{}", dir.join("b.db").display()))
+            .await
+            .unwrap();
+    }
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url_base).await.unwrap();
+    let db = format!("bench_{}", uuid::Uuid::now_v7().simple());
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}")))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let base = url_base.rsplit_once('/').unwrap().0;
+    repo::connect(&format!("{base}/{db}")).await.unwrap()
+}
+
+/// 100 sessions, each with `turns` turns; every turn holds one pending bundle (all but the
+/// newest are superseded history) and one message.
+async fn populate(repo: &Arc<dyn Repository>, turns: usize) -> Vec<String> {
+    let task = repo
+        .create_task(
+            &NewTask {
+                title: "bench".into(),
+                ..Default::default()
+            },
+            0,
+        )
+        .await
+        .unwrap()
+        .id;
+    let mut ids = Vec::with_capacity(SESSIONS);
+    for s in 0..SESSIONS {
+        let session = repo
+            .create_session(
+                &NewSession {
+                    task_id: task.clone(),
+                    agent_profile_id: None,
+                    name: format!("s{s}"),
+                    state: SessionState::WaitingForInput,
+                    is_primary: false,
+                    mcp_token_hash: None,
+                },
+                0,
+            )
+            .await
+            .unwrap()
+            .id;
+        for t in 0..turns {
+            let at = 1_000 + t as i64;
+            let turn = repo
+                .insert_turn(&NewTurn {
+                    id: None,
+                    session_id: session.clone(),
+                    started_at: at,
+                    created_at: at,
+                })
+                .await
+                .unwrap()
+                .id;
+            repo.insert_message(
+                &NewMessage {
+                    session_id: session.clone(),
+                    turn_id: turn.clone(),
+                    author: MessageAuthor::Agent,
+                    kind: MessageKind::Text,
+                    content: "m".into(),
+                    pending_id: None,
+                },
+                at,
+            )
+            .await
+            .unwrap();
+            repo.insert_bundle(
+                &NewBundle {
+                    pending_id: None,
+                    session_id: session.clone(),
+                    turn_id: turn,
+                    context: None,
+                    dedup_key: format!("{s}-{t}"),
+                    questions: vec![],
+                    message_content: "?".into(),
+                },
+                at,
+            )
+            .await
+            .unwrap();
+        }
+        ids.push(session);
+    }
+    ids
+}
+
+/// The naive baseline: read every turn and bundle of the sessions, decide in Rust.
+async fn naive(repo: &Arc<dyn Repository>, ids: &[String]) -> usize {
+    let mut active = 0;
+    for id in ids {
+        let turns = repo.list_turns(id).await.unwrap();
+        let current = turns.last().map(|t| t.id.clone());
+        active += repo
+            .session_bundles(id)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|b| Some(&b.turn_id) == current.as_ref() && b.status.as_str() == "pending")
+            .count();
+    }
+    active
+}
+
+async fn median<F, Fut>(mut f: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    f().await; // warm-up
+    let mut times = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let start = Instant::now();
+        f().await;
+        times.push(start.elapsed());
+    }
+    times.sort();
+    times[SAMPLES / 2]
+}
+
+struct Row {
+    batch: Duration,
+    scalar: Duration,
+    naive: Duration,
+}
+
+async fn measure(url: &str, name: &str, turns: usize) -> Row {
+    let repo = fresh(url, name).await;
+    let ids = populate(&repo, turns).await;
+    let batch = median(|| {
+        let (repo, ids) = (repo.clone(), ids.clone());
+        async move {
+            let p = repo.pending_actions_for_sessions(&ids).await.unwrap();
+            assert_eq!(p.len(), SESSIONS);
+        }
+    })
+    .await;
+    let scalar = median(|| {
+        let (repo, id) = (repo.clone(), ids[0].clone());
+        async move {
+            assert_eq!(repo.active_bundles(&id).await.unwrap().len(), 1);
+        }
+    })
+    .await;
+    let naive = median(|| {
+        let (repo, ids) = (repo.clone(), ids.clone());
+        async move {
+            assert_eq!(naive(&repo, &ids).await, SESSIONS);
+        }
+    })
+    .await;
+    Row {
+        batch,
+        scalar,
+        naive,
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+#[tokio::main]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let history = if quick { 100 } else { 1000 };
+    let mut backends = vec![("SQLite".to_string(), "sqlite".to_string())];
+    if let Ok(url) = std::env::var("TEST_POSTGRES_URL")
+        && !url.is_empty()
+    {
+        backends.push(("PostgreSQL".to_string(), url));
+    }
+    println!(
+        "B1: {SESSIONS} sessions, 1 vs {history} turns each (every old turn holds a stale pending bundle); median of {SAMPLES}"
+    );
+    println!("| database | query | 1 turn | {history} turns | ratio | target |");
+    println!("|---|---|---|---|---|---|");
+    for (name, url) in backends {
+        let small = measure(&url, "small", 1).await;
+        let large = measure(&url, "large", history).await;
+        for (query, a, b, target) in [
+            (
+                "pending_actions_for_sessions(100)",
+                small.batch,
+                large.batch,
+                "≤ 1.3",
+            ),
+            ("active_bundles(1)", small.scalar, large.scalar, "≤ 1.3"),
+            (
+                "naive full-history scan (100)",
+                small.naive,
+                large.naive,
+                "grows ~linearly",
+            ),
+        ] {
+            let ratio = b.as_secs_f64() / a.as_secs_f64();
+            println!(
+                "| {name} | {query} | {} | {} | {ratio:.2} | {target} |",
+                ms(a),
+                ms(b)
+            );
+        }
+    }
+}
