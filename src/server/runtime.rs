@@ -52,10 +52,6 @@ impl<T> Slots<T> {
     pub fn take(&self, key: &str) -> Option<T> {
         self.inner.lock().expect("slots lock").remove(key)
     }
-
-    pub fn contains(&self, key: &str) -> bool {
-        self.inner.lock().expect("slots lock").contains_key(key)
-    }
 }
 
 pub struct Runtime {

@@ -34,9 +34,6 @@ pub enum RepoError {
     Invalid(String),
     #[error("not found: {0}")]
     NotFound(String),
-    /// Injected by tests (P5, P8, N3 fail-closed paths).
-    #[error("injected failure: {0}")]
-    Injected(String),
 }
 
 pub type RepoResult<T> = Result<T, RepoError>;
