@@ -9,6 +9,15 @@ use crate::ui::sidebar::Sidebar;
 use crate::ui::task::TaskPage;
 
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    // Pages allow only our scripts and this response's nonce (spec "Server process": CSP).
+    #[cfg(feature = "ssr")]
+    if let (Some(nonce), Some(response)) = (
+        leptos::nonce::use_nonce(),
+        use_context::<leptos_axum::ResponseOptions>(),
+    ) && let Ok(csp) = http::HeaderValue::from_str(&crate::api::front_door::page_csp(&nonce))
+    {
+        response.insert_header(http::header::CONTENT_SECURITY_POLICY, csp);
+    }
     view! {
         <!DOCTYPE html>
         <html lang="en">

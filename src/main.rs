@@ -1,8 +1,13 @@
 #[cfg(feature = "ssr")]
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::time::Duration;
+
     use clap::Parser;
     use leptos::prelude::LeptosOptions;
+    use turnstile::server::auth::{FrontDoor, generate_token};
     use turnstile::server::{config::Config, repo, startup, time::Clock};
 
     tracing_subscriber::fmt()
@@ -12,31 +17,41 @@ async fn main() -> std::process::ExitCode {
         )
         .init();
 
+    let fail = |what: String| {
+        eprintln!("error: {what}");
+        std::process::ExitCode::FAILURE
+    };
     let config = Config::parse();
-    if !config.addr.ip().is_loopback() {
-        eprintln!(
-            "error: refusing to bind {}: access tokens for non-loopback addresses are not \
-             implemented yet; bind 127.0.0.1",
-            config.addr
-        );
-        return std::process::ExitCode::FAILURE;
-    }
+    // Beyond loopback every client needs the access token; make one if none was given and
+    // show it once, on the terminal only (never in the log).
+    let token = match (&config.access_token, config.addr.ip().is_loopback()) {
+        (Some(t), _) if t.trim().len() < 16 => {
+            return fail("--access-token must be at least 16 characters".into());
+        }
+        (Some(t), _) => Some(t.trim().to_string()),
+        (None, true) => None,
+        (None, false) => {
+            let t = generate_token();
+            eprintln!(
+                "Turnstile listens on {} beyond this machine. Access token (log in with it, or \
+                 send `Authorization: Bearer <token>`):\n\n    {t}\n",
+                config.addr
+            );
+            Some(t)
+        }
+    };
     let url = match config.resolved_database_url() {
         Ok(url) => url,
         Err(e) => {
-            eprintln!(
-                "error: cannot create data directory {}: {e}",
+            return fail(format!(
+                "cannot create data directory {}: {e}",
                 config.data_dir.display()
-            );
-            return std::process::ExitCode::FAILURE;
+            ));
         }
     };
     let repo = match repo::connect(&url).await {
         Ok(repo) => repo,
-        Err(e) => {
-            eprintln!("error: cannot open database: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+        Err(e) => return fail(format!("cannot open database: {e}")),
     };
     let options = LeptosOptions::builder()
         .output_name("turnstile")
@@ -46,40 +61,68 @@ async fn main() -> std::process::ExitCode {
         .build();
     let runtime = match config.runtime() {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot prepare the agent runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+        Err(e) => return fail(format!("cannot prepare the agent runtime: {e}")),
     };
     let state = match startup::build_state(repo, options, Clock::System, runtime).await {
         Ok(state) => state,
-        Err(e) => {
-            eprintln!("error: start-up failed: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+        Err(e) => return fail(format!("start-up failed: {e}")),
     };
     let listener = match tokio::net::TcpListener::bind(config.addr).await {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: cannot bind {}: {e}", config.addr);
-            return std::process::ExitCode::FAILURE;
+        Err(e) => return fail(format!("cannot bind {}: {e}", config.addr)),
+    };
+    tracing::info!(addr = %config.addr, backend = ?state.repo.backend(), epoch = state.epoch, token = token.is_some(), "turnstile listening");
+    let door = Arc::new(FrontDoor::new(config.addr, &config.allowed_hosts, token));
+    let app = turnstile::api::router(state.clone(), door);
+    let stopping = state.shutdown.clone();
+    let serve = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown({
+        let stopping = stopping.clone();
+        async move { stopping.cancelled().await }
+    });
+    tokio::spawn({
+        let state = state.clone();
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down: stopping agents and open streams");
+            startup::shutdown(&state);
+        }
+    });
+    // Graceful, with a hard deadline: a client holding a stream open cannot keep us alive.
+    let deadline = Duration::from_secs(config.shutdown_timeout);
+    let result = tokio::select! {
+        r = serve => r,
+        _ = async { stopping.cancelled().await; tokio::time::sleep(deadline).await } => {
+            tracing::warn!("open requests did not finish within {deadline:?}; exiting");
+            Ok(())
         }
     };
-    tracing::info!(addr = %config.addr, backend = ?state.repo.backend(), epoch = state.epoch, "turnstile listening");
-    let app = startup::router(state);
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown())
-        .await
-    {
-        eprintln!("error: server failed: {e}");
-        return std::process::ExitCode::FAILURE;
+    if let Err(e) = result {
+        return fail(format!("server failed: {e}"));
     }
     std::process::ExitCode::SUCCESS
 }
 
 #[cfg(feature = "ssr")]
-async fn shutdown() {
-    let _ = tokio::signal::ctrl_c().await;
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
 }
 
 #[cfg(not(feature = "ssr"))]

@@ -734,7 +734,7 @@ async fn primary_session_can_change(url: String) {
 both_http!(n3_repository_error_keeps_the_workflow_closed);
 
 async fn n3_repository_error_keeps_the_workflow_closed(url: String) {
-    use turnstile::server::orchestrator::workflow::on_turn_complete;
+    use turnstile::server::orchestrator::workflow::{barrier_released, turn_completed};
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
     let steps = json!([{ "name": "A", "on_turn_complete": "move_to_next" }, { "name": "B", "on_turn_complete": "move_to_next" }, { "name": "C" }]);
@@ -758,13 +758,17 @@ async fn n3_repository_error_keeps_the_workflow_closed(url: String) {
         t["step_id"] == wf["steps"][1]["id"]
     })
     .await;
-    // The authority cannot answer: the guard fails closed.
+    let turn = api.wait_turns_done(&session, 1).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The authority cannot answer: the guard fails closed and the action waits (deferred).
     support::raw_exec(
         &url,
         "ALTER TABLE clarification_bundles RENAME TO clarification_bundles_away",
     )
     .await;
-    assert!(!on_turn_complete(&server.state, &session, &task_id).await);
+    assert!(!turn_completed(&server.state, &session, &task_id, &turn).await);
     support::raw_exec(
         &url,
         "ALTER TABLE clarification_bundles_away RENAME TO clarification_bundles",
@@ -774,7 +778,14 @@ async fn n3_repository_error_keeps_the_workflow_closed(url: String) {
         api.get(&format!("/api/v1/tasks/{task_id}")).await.1["step_id"],
         wf["steps"][1]["id"]
     );
-    assert!(on_turn_complete(&server.state, &session, &task_id).await);
+    let stored = server.state.repo.get_turn(&turn).await.unwrap().unwrap();
+    assert!(
+        stored.workflow_deferred,
+        "N3: the action is recorded as deferred"
+    );
+    // Released once: it runs; released again: nothing is left to run.
+    assert!(barrier_released(&server.state, &session, &task_id, &turn).await);
+    assert!(!barrier_released(&server.state, &session, &task_id, &turn).await);
     assert_eq!(
         api.get(&format!("/api/v1/tasks/{task_id}")).await.1["step_id"],
         wf["steps"][2]["id"]

@@ -34,6 +34,8 @@ struct Model {
     bundles: BTreeMap<String, MBundle>,
     /// Bundles that were active once and then superseded: they must never come back (I9).
     superseded: BTreeSet<String>,
+    /// Owed resume turns not yet dispatched (L18), oldest first.
+    owed: Vec<String>,
 }
 
 impl Model {
@@ -256,27 +258,52 @@ impl Seq {
             assert!(self.repo.finalize_delivery(&pending_id).await.unwrap());
             return;
         }
-        // L17/L19: reserve → attempted → publish → finalize, with a random crash point.
-        let crash = rng.random_range(0..5);
+        // L17/L18: the resume becomes owed (accepted) in one transaction, then is dispatched;
+        // the process may crash before or after acceptance.
+        let crash = rng.random_range(0..4);
         if crash == 0 {
-            return self.restart(Some(&pending_id), false).await;
+            return self.restart(Some(&pending_id)).await;
         }
         let at = self.tick();
         let turn = self
             .repo
-            .reserve_turn(&self.session, &pending_id, at)
+            .owe_resume(&pending_id, "resume", at)
             .await
-            .unwrap();
-        if crash == 1 {
-            return self.restart(Some(&pending_id), false).await;
+            .unwrap()
+            .expect("an answered bundle of a live session is owed a resume");
+        if self
+            .repo
+            .owe_resume(&pending_id, "resume", at)
+            .await
+            .unwrap()
+            .is_some()
+        {
+            self.fail("I4: a second resume was owed for one answer");
         }
-        assert!(self.repo.mark_attempted(&turn.id).await.unwrap());
+        // Attempted counts (L1): the owed turn is current at once.
         self.m.push_turn(turn.id.clone());
-        if crash == 2 {
-            return self.restart(None, true).await;
+        self.m.owed.push(turn.id.clone());
+        if crash == 1 {
+            return self.restart(None).await;
         }
-        assert!(self.repo.publish_turn(&turn.id).await.unwrap());
-        assert!(self.repo.finalize_delivery(&pending_id).await.unwrap());
+        self.dispatch_owed().await;
+    }
+
+    /// Hands the oldest owed resume to the agent: exactly once (I4), and it becomes current.
+    async fn dispatch_owed(&mut self) {
+        if self.m.terminal || self.m.owed.is_empty() {
+            return;
+        }
+        let turn = self.m.owed.remove(0);
+        let at = self.tick();
+        if !self.repo.dispatch_resume(&turn, at).await.unwrap() {
+            self.fail("dispatch_resume refused an owed resume");
+        }
+        if self.repo.dispatch_resume(&turn, at).await.unwrap() {
+            self.fail("I4: an owed resume was dispatched twice");
+        }
+        self.m.turns.retain(|t| t != &turn);
+        self.m.push_turn(turn);
     }
 
     fn pick_bundle(&self, rng: &mut SmallRng) -> Option<String> {
@@ -285,13 +312,15 @@ impl Seq {
     }
 
     /// Start-up recovery (L19 + session recovery). `undelivered` is a claimed bundle whose
-    /// resume never became attempted: recovery must hand it back as pending (I8).
-    async fn restart(&mut self, undelivered: Option<&str>, _attempted: bool) {
+    /// resume never became owed: recovery must hand it back as pending (I8). Owed resumes stay
+    /// owed (their answers are final).
+    async fn restart(&mut self, undelivered: Option<&str>) {
         if let Some(id) = undelivered {
             let b = self.m.bundles.get_mut(id).unwrap();
             b.status = BundleStatus::Pending;
         }
-        recovery::recover(self.repo.as_ref()).await.unwrap();
+        let at = self.tick();
+        recovery::recover(self.repo.as_ref(), at).await.unwrap();
         let at = self.tick();
         recovery::recover_sessions(self.repo.as_ref(), at)
             .await
@@ -312,15 +341,27 @@ impl Seq {
         {
             self.fail("I8: a delivery is still pending after recovery");
         }
-        if !self
+        let mut owed: Vec<String> = self
             .repo
             .unpublished_reservations()
             .await
             .unwrap()
-            .iter()
-            .all(|t| t.session_id != self.session)
-        {
-            self.fail("L19: a reservation survived recovery");
+            .into_iter()
+            .filter(|t| t.session_id == self.session)
+            .inspect(|t| {
+                if !t.is_owed() {
+                    self.fail("L19: a reservation that was never owed survived recovery");
+                }
+            })
+            .map(|t| t.id)
+            .collect();
+        let mut expected = self.m.owed.clone();
+        owed.sort();
+        expected.sort();
+        if owed != expected {
+            self.fail(&format!(
+                "L18: owed after recovery {owed:?}, model {expected:?}"
+            ));
         }
     }
 
@@ -519,8 +560,12 @@ async fn run_sequence(repo: Arc<dyn Repository>, task_id: &str, seed: u64) {
                 s.cancel_session().await;
                 "session cancel"
             }
+            91..=94 => {
+                s.dispatch_owed().await;
+                "dispatch owed resume"
+            }
             _ => {
-                s.restart(None, false).await;
+                s.restart(None).await;
                 "restart"
             }
         };

@@ -45,7 +45,7 @@ fn respond_in_background(
 both_http!(
     claim_then_agent_gives_up_and_turn_completes_resumes_once,
     claim_then_new_prompt_queues_the_resume_behind_it,
-    l18_resume_failing_before_acceptance_restores_the_question,
+    l18_an_answer_owed_to_an_agent_that_cannot_start_is_delivered_on_retry,
 );
 
 async fn claim_then_agent_gives_up_and_turn_completes_resumes_once(url: String) {
@@ -170,7 +170,10 @@ async fn claim_then_new_prompt_queues_the_resume_behind_it(url: String) {
     server.stop().await;
 }
 
-async fn l18_resume_failing_before_acceptance_restores_the_question(url: String) {
+/// L18 "acceptance, defined": a detached answer is accepted once its resume is owed in the
+/// database, whether or not the agent can start. The session shows why it waits; a retry once
+/// the agent can start delivers the answer exactly once.
+async fn l18_an_answer_owed_to_an_agent_that_cannot_start_is_delivered_on_retry(url: String) {
     let first = TestServer::start(&url).await;
     let api = Api::new(&first.base);
     let (_, profile) = api
@@ -190,12 +193,7 @@ async fn l18_resume_failing_before_acceptance_restores_the_question(url: String)
         task["primary_session_id"].as_str().unwrap().to_string(),
     );
     let pending_id = api.pending_id(&session).await;
-    api.wait_for(
-        &format!("/api/v1/sessions/{session}/turns"),
-        "turn 1",
-        turns_done(1),
-    )
-    .await;
+    api.wait_turns_done(&session, 1).await;
     first.stop().await;
     // After a restart the agent must be relaunched, and now it cannot start.
     let server = TestServer::start(&url).await;
@@ -211,44 +209,62 @@ async fn l18_resume_failing_before_acceptance_restores_the_question(url: String)
             answer("sqlite"),
         )
         .await;
-    assert_eq!(status, 500, "{body}");
-    assert_eq!(body["retryable"], true);
+    assert_eq!(
+        (status.as_u16(), body["claimed"].as_bool()),
+        (200, Some(true)),
+        "accepted once owed: {body}"
+    );
     let b = api
         .get(&format!("/api/v1/clarifications/{pending_id}"))
         .await
         .1;
-    assert_eq!(
-        (
-            b["status"].as_str(),
-            b["active"].as_bool(),
-            b["response"].is_null()
-        ),
-        (Some("pending"), Some(true), true),
-        "the claim is undone"
+    assert_eq!(b["status"], "answered", "the answer is final");
+    // The session says why it waits, and keeps the answer.
+    let t = api
+        .wait_for(
+            &format!("/api/v1/tasks/{task_id}"),
+            "the failure shown",
+            |t| {
+                t["status_summary"]["last_error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("/nonexistent/agent"))
+            },
+        )
+        .await;
+    assert_eq!(t["status_summary"]["pending_action"], Value::Null);
+    let s = api
+        .wait_for(
+            &format!("/api/v1/tasks/{task_id}/sessions"),
+            "waiting",
+            |v| v["sessions"][0]["state"] == "waiting_for_input",
+        )
+        .await;
+    assert_eq!(s["sessions"][0]["pending_action"], Value::Null);
+    let owed = server.state.repo.owed_resumes(&session).await.unwrap();
+    assert_eq!(owed.len(), 1, "one resume is owed");
+    // Retrying while the agent still cannot start says why and keeps it owed.
+    let (status, body) = api
+        .post(&format!("/api/v1/sessions/{session}/retry"), json!({}))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot start"),
+        "{body}"
     );
     assert_eq!(
-        api.get(&format!("/api/v1/sessions/{session}/turns"))
+        server
+            .state
+            .repo
+            .owed_resumes(&session)
             .await
-            .1["turns"]
-            .as_array()
             .unwrap()
             .len(),
-        1,
-        "no turn left behind"
+        1
     );
-    let sessions = api
-        .get(&format!("/api/v1/tasks/{task_id}/sessions"))
-        .await
-        .1;
-    assert_eq!(
-        sessions["sessions"][0]["pending_action"], "clarification",
-        "the question is still visible"
-    );
-    assert_eq!(
-        api.get(&format!("/api/v1/tasks/{task_id}")).await.1["status_summary"]["pending_action"],
-        "clarification"
-    );
-    // Retrying once the agent can start succeeds.
+    // Once it can start, a retry delivers the answer, exactly once.
     let mock = env!("CARGO_BIN_EXE_mock_agent").replace('\'', "''");
     raw_exec(
         &url,
@@ -256,21 +272,45 @@ async fn l18_resume_failing_before_acceptance_restores_the_question(url: String)
     )
     .await;
     let (status, body) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
-            answer("sqlite"),
-        )
+        .post(&format!("/api/v1/sessions/{session}/retry"), json!({}))
         .await;
     assert_eq!(
-        (status.as_u16(), body["claimed"].as_bool()),
-        (200, Some(true)),
+        (status.as_u16(), &body["resumed"]),
+        (200, &json!(true)),
         "{body}"
     );
-    api.wait_for(
-        &format!("/api/v1/sessions/{session}/turns"),
-        "the resume",
-        turns_done(2),
-    )
-    .await;
+    api.wait_turns_done(&session, 2).await;
+    let resumed: Vec<String> = api
+        .agent_lines(&session)
+        .await
+        .into_iter()
+        .filter(|l| l.starts_with("Thanks, continuing"))
+        .collect();
+    assert_eq!(
+        resumed,
+        ["Thanks, continuing with your answer: Q: Which database?\nA: sqlite"]
+    );
+    assert!(
+        server
+            .state
+            .repo
+            .owed_resumes(&session)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let (status, _) = api
+        .post(&format!("/api/v1/sessions/{session}/retry"), json!({}))
+        .await;
+    assert_eq!(status, 200, "nothing more to deliver");
+    assert_eq!(
+        api.agent_lines(&session)
+            .await
+            .iter()
+            .filter(|l| l.starts_with("Thanks, continuing"))
+            .count(),
+        1,
+        "I4: delivered once"
+    );
     server.stop().await;
 }

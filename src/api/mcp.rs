@@ -147,6 +147,7 @@ impl ServerHandler for AskServer {
             AskOutcome::Detached(reason) => tool_error(format!(
                 "no answer yet ({reason}); the question stays open for the user"
             )),
+            AskOutcome::Ended(reason) => tool_error(format!("no answer: {reason}")),
             AskOutcome::Failed(e) => tool_error(format!("the question could not be asked: {e}")),
         })
     }
@@ -156,8 +157,62 @@ fn tool_error(message: String) -> CallToolResponse {
     CallToolResult::error(vec![ContentBlock::text(message)]).into()
 }
 
-/// 401 unless `Authorization: Bearer <token>` names a session.
-async fn require_session(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+/// Which agent token opened each MCP session (`mcp-session-id`): a session answers only the
+/// token that created it, so a leaked session id is useless with another session's token.
+#[derive(Clone, Default)]
+struct Bindings(Arc<std::sync::Mutex<BindingMap>>);
+
+#[derive(Default)]
+struct BindingMap {
+    by_session: std::collections::HashMap<String, String>,
+    order: std::collections::VecDeque<String>,
+}
+
+/// MCP sessions remembered at once; the oldest binding goes first (its session then fails
+/// closed with 404 and the agent reconnects).
+const MAX_BINDINGS: usize = 8192;
+
+impl Bindings {
+    /// `None`: unknown session id; `Some(true)`: opened by this token.
+    fn check(&self, mcp_session: &str, token_hash: &str) -> Option<bool> {
+        let map = self.0.lock().expect("bindings lock");
+        map.by_session.get(mcp_session).map(|h| h == token_hash)
+    }
+
+    fn bind(&self, mcp_session: &str, token_hash: &str) {
+        let mut map = self.0.lock().expect("bindings lock");
+        if map.by_session.len() >= MAX_BINDINGS
+            && let Some(old) = map.order.pop_front()
+        {
+            map.by_session.remove(&old);
+        }
+        if map
+            .by_session
+            .insert(mcp_session.to_string(), token_hash.to_string())
+            .is_none()
+        {
+            map.order.push_back(mcp_session.to_string());
+        }
+    }
+}
+
+fn unauthorized(message: &str) -> Response {
+    let body = json!({ "error": { "code": "unauthorized", "message": message } });
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        axum::Json(body),
+    )
+        .into_response()
+}
+
+/// 401 unless `Authorization: Bearer <token>` names a live session (tokens are revoked when
+/// the agent process or the session ends), and the MCP session, if named, was opened with it.
+async fn require_session(
+    State((state, bindings)): State<(AppState, Bindings)>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let token = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -165,26 +220,40 @@ async fn require_session(State(state): State<AppState>, mut req: Request, next: 
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .filter(|t| !t.is_empty());
-    let session = match token {
-        Some(t) => state
-            .repo
-            .get_session_by_token_hash(&hash_token(t))
-            .await
-            .ok()
-            .flatten(),
-        None => None,
+    let Some(hash) = token.map(hash_token) else {
+        return unauthorized("missing bearer token");
     };
+    let session = state
+        .repo
+        .get_session_by_token_hash(&hash)
+        .await
+        .ok()
+        .flatten()
+        .filter(|s| !s.state.is_terminal());
     let Some(session) = session else {
-        let body = json!({ "error": { "code": "unauthorized", "message": "missing or unknown bearer token" } });
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            axum::Json(body),
-        )
-            .into_response();
+        return unauthorized("unknown or revoked bearer token");
     };
+    let named = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Some(id) = &named
+        && bindings.check(id, &hash) == Some(false)
+    {
+        return unauthorized("this MCP session belongs to another token");
+    }
     req.extensions_mut().insert(McpSession(session));
-    next.run(req).await
+    let response = next.run(req).await;
+    if named.is_none()
+        && let Some(opened) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        bindings.bind(opened, &hash);
+    }
+    response
 }
 
 /// The `/mcp` routes.
@@ -193,8 +262,10 @@ pub fn routes(state: &AppState) -> axum::Router<AppState> {
     // A human may take hours to answer; progress notifications keep the session alive too.
     sessions.session_config.keep_alive =
         Some(state.runtime.config.ask_timeout + Duration::from_secs(60));
-    let config =
+    let mut config =
         StreamableHttpServerConfig::default().with_sse_keep_alive(Some(Duration::from_secs(15)));
+    // A shutdown ends every open stream, so a waiting agent cannot hold the process open.
+    config.cancellation_token = state.shutdown.child_token();
     let handler_state = state.clone();
     let service = StreamableHttpService::new(
         move || {
@@ -208,7 +279,7 @@ pub fn routes(state: &AppState) -> axum::Router<AppState> {
     axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            (state.clone(), Bindings::default()),
             require_session,
         ))
 }

@@ -7,11 +7,17 @@ pub mod transcript;
 #[cfg(feature = "ssr")]
 mod clarifications;
 #[cfg(feature = "ssr")]
+pub mod front_door;
+#[cfg(feature = "ssr")]
 mod health;
+#[cfg(feature = "ssr")]
+mod login;
 #[cfg(feature = "ssr")]
 mod mcp;
 #[cfg(feature = "ssr")]
 mod rest;
+#[cfg(feature = "ssr")]
+mod router;
 #[cfg(feature = "ssr")]
 mod sessions;
 #[cfg(feature = "ssr")]
@@ -21,6 +27,8 @@ mod ws;
 
 #[cfg(feature = "ssr")]
 pub use rest::{ApiError, ApiJson};
+#[cfg(feature = "ssr")]
+pub use router::router;
 
 /// The REST API (`/api/v1`), the WebSocket (`/ws`) and `/healthz`.
 #[cfg(feature = "ssr")]
@@ -45,6 +53,7 @@ pub fn rest_routes(
         .route("/sessions/{id}/primary", post(sessions::make_primary))
         .route("/sessions/{id}/prompt", post(sessions::prompt))
         .route("/sessions/{id}/cancel", post(sessions::cancel))
+        .route("/sessions/{id}/retry", post(sessions::retry))
         .route("/sessions/{id}/messages", get(sessions::messages))
         .route("/sessions/{id}/turns", get(sessions::turns))
         .route("/messages/{id}", delete(sessions::delete_message))
@@ -53,6 +62,7 @@ pub fn rest_routes(
             "/clarifications/{id}/respond",
             post(clarifications::respond),
         )
+        .route("/permissions/{id}", get(clarifications::get_permission))
         .route(
             "/permissions/{id}/respond",
             post(clarifications::respond_permission),

@@ -28,24 +28,14 @@ impl From<RepoError> for ApiError {
     }
 }
 
-impl From<RepoError> for AppError {
-    fn from(e: RepoError) -> Self {
-        match e {
-            RepoError::Invalid(m) => AppError::BadRequest(m),
-            RepoError::NotFound(m) => AppError::NotFound(m),
-            other => {
-                tracing::error!(error = %other, "repository failure");
-                AppError::Internal(other.to_string())
-            }
-        }
-    }
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status =
             StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = json!({ "error": { "code": self.0.code(), "message": self.0.message() } });
+        let mut body = json!({ "error": { "code": self.0.code(), "message": self.0.message() } });
+        if status.is_server_error() {
+            body["retryable"] = json!(self.0.retryable());
+        }
         (status, axum::Json(body)).into_response()
     }
 }
@@ -74,4 +64,57 @@ fn rejection_to_error(rejection: JsonRejection) -> AppError {
 
 pub async fn not_found() -> ApiError {
     ApiError(AppError::NotFound("no such endpoint".into()))
+}
+
+/// Every 4xx/5xx of `/api/v1` carries the JSON error body, including answers no handler wrote
+/// (a malformed query string, 405, 413 from the body limit): their text becomes the message.
+pub async fn json_errors(req: Request, next: axum::middleware::Next) -> Response {
+    let api = req.uri().path().starts_with("/api/v1/");
+    let response = next.run(req).await;
+    if !api {
+        return response;
+    }
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_lowercase()
+    } else {
+        text
+    };
+    let error = match status.as_u16() {
+        400 | 422 => AppError::BadRequest(message),
+        401 => AppError::Unauthorized(message),
+        403 => AppError::Forbidden(message),
+        404 => AppError::NotFound(message),
+        405 => AppError::MethodNotAllowed(message),
+        409 => AppError::Conflict(message),
+        413 => AppError::PayloadTooLarge(message),
+        415 => AppError::UnsupportedMediaType(message),
+        429 => AppError::TooManyRequests(message),
+        503 => AppError::Unavailable(message),
+        _ => AppError::Internal(message),
+    };
+    let mut mapped = ApiError(error).into_response();
+    *mapped.status_mut() = status;
+    for (name, value) in parts.headers.iter() {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            mapped.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    mapped
 }

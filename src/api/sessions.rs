@@ -61,6 +61,15 @@ pub async fn make_primary(
     }
     let s = session_dto(&state, &id).await?;
     crate::server::orchestrator::publish::task_updated(&state, &s.task_id);
+    // P3: the summary names the primary session.
+    crate::server::summary::projector::refresh_task(
+        &state,
+        &s.task_id,
+        crate::server::summary::projector::Scope::Full,
+        None,
+    )
+    .await
+    .map_err(|e| crate::server::telemetry::internal(&e))?;
     Ok(Json(s))
 }
 
@@ -84,6 +93,15 @@ pub async fn cancel(
 ) -> Result<Json<Value>, ApiError> {
     sessions::cancel(&state, &id).await?;
     Ok(Json(json!({ "cancelled": true })))
+}
+
+/// `POST /sessions/{id}/retry`: relaunch the agent and deliver an owed answer (L18).
+pub async fn retry(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let resumed = sessions::retry(&state, &id).await?;
+    Ok(Json(json!({ "resumed": resumed })))
 }
 
 #[derive(Deserialize)]

@@ -62,7 +62,7 @@ pub async fn answer_question(
     answers: Vec<Answer>,
     rejected: bool,
 ) -> Result<Answered, AppError> {
-    use crate::server::clarification::respond::{RespondBody, RespondError, respond};
+    use crate::server::clarification::respond::{RespondBody, respond};
     let body = RespondBody {
         answers: (!rejected).then_some(answers),
         rejected: Some(rejected),
@@ -74,12 +74,7 @@ pub async fn answer_question(
             status: r.status,
             response: r.response,
         }),
-        Err(RespondError::App(AppError::Conflict(_))) => Ok(Answered::Gone),
-        Err(RespondError::App(e)) => Err(e),
-        Err(RespondError::Failed { message, retryable }) => Err(AppError::Internal(if retryable {
-            format!("{message} — try again")
-        } else {
-            message
-        })),
+        Err(AppError::Conflict(_)) => Ok(Answered::Gone),
+        Err(e) => Err(e),
     }
 }

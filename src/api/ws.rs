@@ -5,8 +5,9 @@
 use std::collections::HashSet;
 
 use axum::extract::State;
+use axum::extract::ws::{CloseFrame, close_code};
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
@@ -15,8 +16,23 @@ use crate::server::events::Event;
 use crate::server::state::AppState;
 use crate::server::time::format_micros;
 
+/// Bounds of the push channel: a client's messages are small requests, a client watches a
+/// handful of sessions, and the server keeps a bounded number of sockets.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+pub const MAX_SUBSCRIPTIONS: usize = 64;
+pub const MAX_CLIENTS: i64 = 1024;
+
 pub async fn upgrade(State(state): State<AppState>, ws: WebSocketUpgrade) -> Response {
-    ws.on_upgrade(move |socket| serve(state, socket))
+    use std::sync::atomic::Ordering;
+    if state.metrics.websocket_clients.load(Ordering::Relaxed) >= MAX_CLIENTS {
+        return crate::api::ApiError(crate::model::AppError::Unavailable(format!(
+            "this server already serves {MAX_CLIENTS} live connections"
+        )))
+        .into_response();
+    }
+    ws.max_message_size(MAX_MESSAGE_BYTES)
+        .max_frame_size(MAX_MESSAGE_BYTES)
+        .on_upgrade(move |socket| serve(state, socket))
 }
 
 #[derive(Deserialize)]
@@ -79,7 +95,17 @@ async fn serve_client(state: &AppState, mut socket: WebSocket) {
             incoming = socket.recv() => {
                 let text = match incoming {
                     Some(Ok(Message::Text(text))) => text,
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                    Some(Ok(Message::Binary(_))) => {
+                        let _ = socket.send(close(close_code::UNSUPPORTED, "send JSON text frames")).await;
+                        return;
+                    }
+                    Some(Err(e)) => {
+                        // Oversized or malformed frames: say why, then hang up.
+                        let reason = format!("protocol error: {e}");
+                        let _ = socket.send(close(close_code::SIZE, &reason)).await;
+                        return;
+                    }
+                    Some(Ok(Message::Close(_))) | None => return,
                     Some(Ok(_)) => continue,
                 };
                 let reply = handle_request(&state, &mut subscribed, text.as_str());
@@ -102,6 +128,14 @@ async fn serve_client(state: &AppState, mut socket: WebSocket) {
             }
         }
     }
+}
+
+fn close(code: u16, reason: &str) -> Message {
+    let reason: String = reason.chars().take(100).collect();
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }))
 }
 
 fn handle_request(state: &AppState, subscribed: &mut HashSet<String>, text: &str) -> Message {
@@ -135,10 +169,15 @@ fn handle_request(state: &AppState, subscribed: &mut HashSet<String>, text: &str
     match request.action.as_str() {
         "ping" => envelope(state, "response", id, "ping", json!({ "pong": true })),
         "subscribe.session" | "unsubscribe.session" => {
-            let Some(session_id) = session_id() else {
-                return bad("payload.session_id (a string) is required".into());
+            let Some(session_id) = session_id().filter(|s| !s.is_empty() && s.len() <= 64) else {
+                return bad("payload.session_id (a string of 1–64 characters) is required".into());
             };
             if request.action == "subscribe.session" {
+                if subscribed.len() >= MAX_SUBSCRIPTIONS && !subscribed.contains(&session_id) {
+                    return bad(format!(
+                        "a connection may watch at most {MAX_SUBSCRIPTIONS} sessions; unsubscribe first"
+                    ));
+                }
                 subscribed.insert(session_id.clone());
             } else {
                 subscribed.remove(&session_id);

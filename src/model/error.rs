@@ -11,14 +11,28 @@ pub enum AppError {
     BadRequest(String),
     #[error("unauthorized: {0}")]
     Unauthorized(String),
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     #[error("not found: {0}")]
     NotFound(String),
+    #[error("method not allowed: {0}")]
+    MethodNotAllowed(String),
     #[error("conflict: {0}")]
     Conflict(String),
     #[error("payload too large: {0}")]
     PayloadTooLarge(String),
+    #[error("unsupported media type: {0}")]
+    UnsupportedMediaType(String),
+    #[error("too many requests: {0}")]
+    TooManyRequests(String),
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// L18: failed before anything was accepted; nothing changed, the same request may be
+    /// sent again (500 with `retryable: true`).
+    #[error("internal error, can be retried: {0}")]
+    Retryable(String),
 }
 
 impl AppError {
@@ -27,10 +41,15 @@ impl AppError {
         match self {
             AppError::BadRequest(_) => "bad_request",
             AppError::Unauthorized(_) => "unauthorized",
+            AppError::Forbidden(_) => "forbidden",
             AppError::NotFound(_) => "not_found",
+            AppError::MethodNotAllowed(_) => "method_not_allowed",
             AppError::Conflict(_) => "conflict",
             AppError::PayloadTooLarge(_) => "payload_too_large",
-            AppError::Internal(_) => "internal",
+            AppError::UnsupportedMediaType(_) => "unsupported_media_type",
+            AppError::TooManyRequests(_) => "too_many_requests",
+            AppError::Unavailable(_) => "unavailable",
+            AppError::Internal(_) | AppError::Retryable(_) => "internal",
         }
     }
 
@@ -38,10 +57,16 @@ impl AppError {
         match self {
             AppError::BadRequest(m)
             | AppError::Unauthorized(m)
+            | AppError::Forbidden(m)
+            | AppError::UnsupportedMediaType(m)
+            | AppError::TooManyRequests(m)
+            | AppError::Unavailable(m)
             | AppError::NotFound(m)
+            | AppError::MethodNotAllowed(m)
             | AppError::Conflict(m)
             | AppError::PayloadTooLarge(m)
-            | AppError::Internal(m) => m,
+            | AppError::Internal(m)
+            | AppError::Retryable(m) => m,
         }
     }
 
@@ -49,11 +74,22 @@ impl AppError {
         match self {
             AppError::BadRequest(_) => 400,
             AppError::Unauthorized(_) => 401,
+            AppError::Forbidden(_) => 403,
             AppError::NotFound(_) => 404,
+            AppError::MethodNotAllowed(_) => 405,
             AppError::Conflict(_) => 409,
             AppError::PayloadTooLarge(_) => 413,
-            AppError::Internal(_) => 500,
+            AppError::UnsupportedMediaType(_) => 415,
+            AppError::TooManyRequests(_) => 429,
+            AppError::Unavailable(_) => 503,
+            AppError::Internal(_) | AppError::Retryable(_) => 500,
         }
+    }
+
+    /// Whether sending the same request again can succeed (L18): only for failures that
+    /// changed nothing.
+    pub fn retryable(&self) -> bool {
+        matches!(self, AppError::Retryable(_) | AppError::Unavailable(_))
     }
 }
 

@@ -2,6 +2,7 @@
 //! browser and API clients. Shapes follow `shared/spec/api.md`; nothing here touches a database.
 
 mod error;
+pub mod limits;
 mod pending;
 mod session;
 mod summary;
@@ -15,8 +16,8 @@ pub use session::{Session, SessionState};
 pub use summary::{LastError, PrimarySessionRef, Summary, SummaryBody};
 pub use task::Task;
 pub use transcript::{
-    Answer, Bundle, BundleStatus, Message, MessageAuthor, MessageKind, Question, QuestionOption,
-    Response, Turn,
+    Answer, Bundle, BundleStatus, Message, MessageAuthor, MessageKind, Permission,
+    PermissionOption, Question, QuestionOption, Response, Turn,
 };
 pub use workflow::{AgentProfile, Workflow, WorkflowStep};
 

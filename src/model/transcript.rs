@@ -125,3 +125,27 @@ pub struct Bundle {
     pub created_at: String,
     pub resolved_at: Option<String>,
 }
+
+/// A permission request of an agent (N6): pending while its agent waits, then `selected` or
+/// `cancelled` (its turn ended, its agent exited, or the server restarted).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Permission {
+    pub id: String,
+    pub session_id: String,
+    pub task_id: String,
+    pub turn_id: String,
+    pub title: String,
+    pub options: Vec<PermissionOption>,
+    /// `pending` | `selected` | `cancelled`
+    pub status: String,
+    pub option_id: Option<String>,
+    pub created_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PermissionOption {
+    pub id: String,
+    pub label: String,
+    /// ACP's option kind (`AllowOnce`, `RejectOnce`, …).
+    pub kind: String,
+}

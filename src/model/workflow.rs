@@ -1,5 +1,3 @@
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -19,11 +17,13 @@ pub struct WorkflowStep {
     pub on_turn_complete: Option<String>,
 }
 
+/// An agent profile as clients see it: environment variable *names* only. Values may hold
+/// secrets (API keys); they are write-only (spec "Server process").
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AgentProfile {
     pub id: String,
     pub name: String,
     pub command: String,
     pub args: Vec<String>,
-    pub env: BTreeMap<String, String>,
+    pub env: Vec<String>,
 }

@@ -30,6 +30,24 @@ pub struct Config {
     /// The mock agent binary (default: `mock_agent` next to this binary).
     #[arg(long, env = "TURNSTILE_MOCK_AGENT")]
     pub mock_agent: Option<PathBuf>,
+    /// Another host name this server answers to (repeatable), e.g. a name a reverse proxy
+    /// forwards. Loopback names and the bound address are always allowed.
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
+    /// Required from every client when set (bearer for API clients, a login for browsers).
+    /// Binding a non-loopback address without one generates a token and prints it once.
+    #[arg(long, env = "ACCESS_TOKEN", hide_env_values = true)]
+    pub access_token: Option<String>,
+    /// Seconds an agent may take to finish the ACP handshake before it is killed.
+    #[arg(long, env = "TURNSTILE_AGENT_START_TIMEOUT", default_value_t = 30)]
+    pub agent_start_timeout: u64,
+    /// Agent processes that may run at once; idle ones are stopped to make room (their
+    /// sessions relaunch on demand).
+    #[arg(long, env = "TURNSTILE_MAX_AGENTS", default_value_t = 16)]
+    pub max_agents: usize,
+    /// Seconds a shutdown waits for open requests (MCP streams, sockets) before it exits.
+    #[arg(long, env = "TURNSTILE_SHUTDOWN_TIMEOUT", default_value_t = 5)]
+    pub shutdown_timeout: u64,
 }
 
 impl Config {
@@ -41,12 +59,19 @@ impl Config {
             None => std::env::current_exe()?.with_file_name("mock_agent"),
         };
         std::fs::create_dir_all(&self.data_dir)?;
+        // Agents reach /mcp over loopback even when the server listens on every interface.
+        let mut reach = self.addr;
+        if reach.ip().is_unspecified() {
+            reach.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
         Ok(crate::server::runtime::RuntimeConfig {
-            self_url: format!("http://{}", self.addr),
+            self_url: format!("http://{reach}"),
             mock_agent,
             workdir: std::path::absolute(self.data_dir.join("workspace"))?,
             ask_keepalive: std::time::Duration::from_secs(self.ask_keepalive.max(1)),
             ask_timeout: std::time::Duration::from_secs(self.ask_timeout.max(1)),
+            agent_start_timeout: std::time::Duration::from_secs(self.agent_start_timeout.max(1)),
+            max_agents: self.max_agents.max(1),
         })
     }
 

@@ -1,11 +1,14 @@
 //! Injection points for tests that must force an interleaving deterministically (a competing
-//! write between a read and its compare-and-set, a pause between a claim and its delivery).
-//! Empty in production: each point costs one uncontended lock read.
+//! write between a read and its compare-and-set, a pause between a claim and its delivery) or
+//! a failure at a named step of a delivery. Empty in production: each point costs one
+//! uncontended lock read.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::RwLock;
+
+use crate::server::repo::RepoError;
 
 type Hook = Box<dyn Fn(String) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
@@ -16,11 +19,37 @@ pub enum Point {
     /// Right after a responder won the claim, before it looks for the live waiter; the key is
     /// the pending id (L13/L15 races).
     AfterClaim,
+    /// A responder lost the claim, before it classifies the loss (L14); the key is the
+    /// pending id.
+    ClaimLost,
+    /// Before a detached answer's resume becomes owed (L18: before acceptance).
+    Owe,
+    /// Before a live delivery (or a detached rejection) is recorded, i.e. before the answer is
+    /// handed over (L15/L16).
+    Finalize,
+    /// Before an owed resume is handed to the agent (L18: after acceptance); the key is the
+    /// session id.
+    Dispatch,
+}
+
+impl Point {
+    fn name(self) -> &'static str {
+        match self {
+            Point::BeforeSummaryCas => "before-summary-cas",
+            Point::AfterClaim => "after-claim",
+            Point::ClaimLost => "claim-lost",
+            Point::Owe => "owe",
+            Point::Finalize => "finalize",
+            Point::Dispatch => "dispatch",
+        }
+    }
 }
 
 #[derive(Default)]
 pub struct Hooks {
     hooks: RwLock<HashMap<Point, Hook>>,
+    /// Point → how many more times it fails.
+    faults: RwLock<HashMap<Point, u32>>,
 }
 
 impl Hooks {
@@ -38,6 +67,29 @@ impl Hooks {
 
     pub fn clear(&self, point: Point) {
         self.hooks.write().expect("hooks lock").remove(&point);
+    }
+
+    /// Makes the next `times` passes through `point` fail with [`RepoError::Injected`].
+    pub fn fail(&self, point: Point, times: u32) {
+        self.faults
+            .write()
+            .expect("faults lock")
+            .insert(point, times);
+    }
+
+    /// `Err` when a failure is armed at `point` (and uses it up).
+    pub fn check(&self, point: Point) -> Result<(), RepoError> {
+        if self.faults.read().expect("faults lock").is_empty() {
+            return Ok(());
+        }
+        let mut faults = self.faults.write().expect("faults lock");
+        match faults.get_mut(&point) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                Err(RepoError::Injected(point.name()))
+            }
+            _ => Ok(()),
+        }
     }
 
     pub async fn run(&self, point: Point, key: &str) {

@@ -2,6 +2,7 @@
 //! services and the agent runtime. Nothing in here is compiled to wasm.
 
 pub mod agents;
+pub mod auth;
 pub mod clarification;
 pub mod config;
 pub mod events;
@@ -13,4 +14,5 @@ pub mod runtime;
 pub mod startup;
 pub mod state;
 pub mod summary;
+pub mod telemetry;
 pub mod time;

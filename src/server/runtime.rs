@@ -1,11 +1,11 @@
 //! In-memory coordination of live work: the session workers, the waiting `ask_user_question`
-//! calls and the waiting permission requests. Truth stays in the database; nothing here needs
-//! to survive a restart.
+//! calls, the waiting permission requests, which agents run, and small per-session counters.
+//! Truth stays in the database; nothing here needs to survive a restart.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -23,10 +23,14 @@ pub struct RuntimeConfig {
     pub ask_keepalive: Duration,
     /// How long an `ask_user_question` call waits before it detaches (L9).
     pub ask_timeout: Duration,
+    /// How long an agent may take to finish the ACP handshake before it is killed.
+    pub agent_start_timeout: Duration,
+    /// Agent processes that may run at once (idle ones are stopped to make room).
+    pub max_agents: usize,
 }
 
-/// A map where exactly one party can take an entry (L13/L15: one of respond, cancel, timeout
-/// wins a waiter).
+/// A map where exactly one party can take an entry (L13/L15: one of respond, cancel, timeout,
+/// supersession wins a waiter).
 pub struct Slots<T> {
     inner: Mutex<HashMap<String, T>>,
 }
@@ -52,25 +56,198 @@ impl<T> Slots<T> {
     pub fn take(&self, key: &str) -> Option<T> {
         self.inner.lock().expect("slots lock").remove(key)
     }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.inner.lock().expect("slots lock").contains_key(key)
+    }
+}
+
+/// What a waiting `ask_user_question` call is told. A sender dropped without a message means
+/// the responder that took it could not record the delivery (nothing was delivered): the call
+/// registers again and keeps waiting.
+#[derive(Debug)]
+pub enum WaiterMsg {
+    /// L15: the answer (or the rejection).
+    Answer(Response),
+    /// The wait is over without an answer: an identical call took it over (L8), or a newer
+    /// turn superseded the question (L5).
+    Ended(&'static str),
+}
+
+/// Which sessions have a running agent process, and since when each one is idle (no open
+/// turn). At the cap, the longest-idle agent makes room; busy agents are never stopped.
+pub struct AgentSlots {
+    max: usize,
+    running: Mutex<HashMap<String, Option<Instant>>>,
+}
+
+impl AgentSlots {
+    pub fn new(max: usize) -> Self {
+        AgentSlots {
+            max: max.max(1),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Admits `session` as busy. `Ok(Some(victim))`: the idle agent of `victim` must stop to
+    /// make room (its slot is already given away). `Err`: every agent is busy.
+    pub fn admit(&self, session: &str) -> Result<Option<String>, String> {
+        let mut running = self.running.lock().expect("agents lock");
+        if running.contains_key(session) || running.len() < self.max {
+            running.insert(session.to_string(), None);
+            return Ok(None);
+        }
+        let victim = running
+            .iter()
+            .filter_map(|(id, idle)| idle.map(|since| (since, id.clone())))
+            .min()
+            .map(|(_, id)| id);
+        match victim {
+            Some(v) => {
+                running.remove(&v);
+                running.insert(session.to_string(), None);
+                Ok(Some(v))
+            }
+            None => Err(format!(
+                "{} agents are busy (the limit of --max-agents); try again when one finishes",
+                self.max
+            )),
+        }
+    }
+
+    pub fn busy(&self, session: &str) {
+        self.set(session, None);
+    }
+
+    pub fn idle(&self, session: &str) {
+        self.idle_at(session, Instant::now());
+    }
+
+    pub fn idle_at(&self, session: &str, since: Instant) {
+        self.set(session, Some(since));
+    }
+
+    fn set(&self, session: &str, idle: Option<Instant>) {
+        self.running
+            .lock()
+            .expect("agents lock")
+            .insert(session.to_string(), idle);
+    }
+
+    pub fn leave(&self, session: &str) {
+        self.running.lock().expect("agents lock").remove(session);
+    }
+
+    pub fn count(&self) -> usize {
+        self.running.lock().expect("agents lock").len()
+    }
+}
+
+/// Per-session counters the projector and the stream merger read.
+#[derive(Default)]
+pub struct SessionCounters {
+    /// session → (task, prompts queued behind its open turn) for P3 `queued_prompt_count`.
+    queued: Mutex<HashMap<String, (String, u32)>>,
+    /// session → rows written into its transcript by others than its worker (questions), so
+    /// a streamed reply ends where such a row entered (no per-chunk query).
+    foreign_rows: Mutex<HashMap<String, u64>>,
+}
+
+impl SessionCounters {
+    pub fn set_queued(&self, session: &str, task: &str, n: usize) {
+        let mut q = self.queued.lock().expect("queued lock");
+        if n == 0 {
+            q.remove(session);
+        } else {
+            q.insert(
+                session.to_string(),
+                (task.to_string(), u32::try_from(n).unwrap_or(u32::MAX)),
+            );
+        }
+    }
+
+    pub fn queued_for_task(&self, task: &str) -> u32 {
+        self.queued
+            .lock()
+            .expect("queued lock")
+            .values()
+            .filter(|(t, _)| t == task)
+            .map(|(_, n)| *n)
+            .sum()
+    }
+
+    pub fn note_foreign_row(&self, session: &str) {
+        *self
+            .foreign_rows
+            .lock()
+            .expect("rows lock")
+            .entry(session.to_string())
+            .or_default() += 1;
+    }
+
+    pub fn foreign_rows(&self, session: &str) -> u64 {
+        self.foreign_rows
+            .lock()
+            .expect("rows lock")
+            .get(session)
+            .copied()
+            .unwrap_or(0)
+    }
 }
 
 pub struct Runtime {
     pub config: RuntimeConfig,
     /// `pending_id` → the blocked MCP tool call waiting for its answer.
-    pub waiters: Slots<oneshot::Sender<Response>>,
+    pub waiters: Slots<oneshot::Sender<WaiterMsg>>,
     /// permission request id → the agent's pending `session/request_permission`.
     pub permissions: Slots<oneshot::Sender<Option<String>>>,
     /// session id → its worker.
     pub workers: Mutex<HashMap<String, crate::server::orchestrator::worker::SessionHandle>>,
+    pub agents: AgentSlots,
+    pub counters: SessionCounters,
 }
 
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> Self {
         Runtime {
+            agents: AgentSlots::new(config.max_agents),
             config,
             waiters: Slots::default(),
             permissions: Slots::default(),
             workers: Mutex::new(HashMap::new()),
+            counters: SessionCounters::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_the_cap_the_longest_idle_agent_makes_room() {
+        let slots = AgentSlots::new(2);
+        assert_eq!(slots.admit("a"), Ok(None));
+        assert_eq!(slots.admit("b"), Ok(None));
+        assert!(slots.admit("c").is_err(), "both busy: nobody is stopped");
+        let t0 = Instant::now();
+        slots.idle_at("b", t0);
+        slots.idle_at("a", t0 + Duration::from_millis(5));
+        assert_eq!(slots.admit("c"), Ok(Some("b".into())), "b idles longest");
+        assert_eq!(slots.count(), 2);
+        assert_eq!(slots.admit("a"), Ok(None), "already admitted");
+        slots.leave("a");
+        assert_eq!(slots.admit("d"), Ok(None));
+    }
+
+    #[test]
+    fn queued_prompts_add_up_per_task() {
+        let c = SessionCounters::default();
+        c.set_queued("s1", "t", 2);
+        c.set_queued("s2", "t", 1);
+        c.set_queued("s3", "u", 5);
+        assert_eq!(c.queued_for_task("t"), 3);
+        c.set_queued("s1", "t", 0);
+        assert_eq!(c.queued_for_task("t"), 1);
     }
 }

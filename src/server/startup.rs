@@ -1,16 +1,15 @@
-//! Start-up: connect, migrate, bump the epoch, seed the bundled data, build the router.
+//! Start-up: bump the epoch, seed the bundled data, recover, reconcile, start the projector.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use axum::Router;
 use leptos::prelude::*;
-use leptos_axum::{LeptosRoutes, generate_route_list};
 
-use crate::app::{App, shell};
+use crate::server::clarification::recovery;
 use crate::server::events::InProcessHub;
 use crate::server::hooks::Hooks;
+use crate::server::orchestrator::{worker, workflow};
 use crate::server::repo::{NewAgentProfile, NewWorkflow, NewWorkflowStep, RepoResult, Repository};
 use crate::server::runtime::{Runtime, RuntimeConfig};
 use crate::server::state::AppState;
@@ -76,7 +75,7 @@ pub async fn build_state(
 ) -> RepoResult<AppState> {
     let epoch = repo.bump_epoch().await?;
     seed(repo.as_ref(), clock.now()).await?;
-    let recovered = crate::server::clarification::recovery::recover(repo.as_ref()).await?;
+    let recovered = recovery::recover(repo.as_ref(), clock.now()).await?;
     if recovered != Default::default() {
         tracing::info!(
             ?recovered,
@@ -93,12 +92,9 @@ pub async fn build_state(
         hooks: Arc::new(Hooks::default()),
         runtime: Arc::new(Runtime::new(runtime)),
         metrics: Arc::default(),
+        shutdown: tokio_util::sync::CancellationToken::new(),
     };
-    crate::server::clarification::recovery::recover_sessions(
-        state.repo.as_ref(),
-        state.clock.now(),
-    )
-    .await?;
+    let completed = recovery::recover_sessions(state.repo.as_ref(), state.clock.now()).await?;
     let failed = reconcile::reconcile_all(&state).await?;
     if failed > 0 {
         tracing::warn!(
@@ -107,45 +103,30 @@ pub async fn build_state(
         );
     }
     projector::spawn(state.clone());
+    // N3: turns recovery completed run (or defer) their step action like any completion.
+    let mut touched = std::collections::BTreeSet::new();
+    for t in &completed {
+        workflow::turn_completed(&state, &t.session_id, &t.task_id, &t.turn_id).await;
+        touched.insert(t.task_id.clone());
+    }
+    // P3: queues died with the old process; their counts go back to zero.
+    for task_id in touched {
+        if let Err(e) =
+            projector::refresh_task(&state, &task_id, projector::Scope::Full, None).await
+        {
+            tracing::warn!(task_id, error = %e, "summary refresh after recovery failed");
+        }
+    }
+    // L18: owed answers are delivered by the sessions' next launch — this one.
+    for s in state.repo.sessions_with_owed_resumes().await? {
+        worker::deliver_owed(&state, &s.id, &s.task_id);
+    }
     Ok(state)
 }
 
-pub fn router(state: AppState) -> Router {
-    let routes = generate_route_list(App);
-    Router::new()
-        .merge(crate::api::rest_routes(&state))
-        .leptos_routes(&state, routes, {
-            let options = state.leptos_options.clone();
-            move || shell(options.clone())
-        })
-        // Not-found pages render the app too, so they get the same context as routes.
-        .fallback(leptos_axum::file_and_error_handler_with_context::<
-            AppState,
-            _,
-        >(
-            {
-                let state = state.clone();
-                move || provide_context(state.clone())
-            },
-            shell,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            count_request,
-        ))
-        .with_state(state)
-}
-
-async fn count_request(
-    axum::extract::State(state): axum::extract::State<AppState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let started = std::time::Instant::now();
-    let response = next.run(req).await;
-    state.metrics.record_request(
-        started.elapsed().as_micros() as u64,
-        response.status().as_u16(),
-    );
-    response
+/// Begins a shutdown: open MCP streams and sockets are released and every agent process is
+/// stopped (killed with its process group). The HTTP server stops accepting at the same time.
+pub fn shutdown(state: &AppState) {
+    state.shutdown.cancel();
+    crate::server::orchestrator::worker::stop_all(state);
 }

@@ -24,6 +24,8 @@ pub struct AppState {
     pub hooks: Arc<Hooks>,
     pub runtime: Arc<Runtime>,
     pub metrics: Arc<crate::server::metrics::Metrics>,
+    /// Cancelled when the server shuts down: open MCP streams end, workers stop their agents.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {

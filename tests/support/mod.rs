@@ -104,14 +104,24 @@ impl TestServer {
         database_url: &str,
         tune: impl FnOnce(&mut turnstile::server::runtime::RuntimeConfig),
     ) -> TestServer {
+        Self::start_configured(database_url, "127.0.0.1:0", None, tune).await
+    }
+
+    /// Binds `bind` (e.g. `0.0.0.0:0` for LAN access) with an optional access token.
+    pub async fn start_configured(
+        database_url: &str,
+        bind: &str,
+        access_token: Option<&str>,
+        tune: impl FnOnce(&mut turnstile::server::runtime::RuntimeConfig),
+    ) -> TestServer {
         use leptos::prelude::LeptosOptions;
+        use turnstile::server::auth::FrontDoor;
         use turnstile::server::{runtime::RuntimeConfig, startup, time::Clock};
 
         let repo = repo::connect(database_url).await.expect("open database");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().unwrap();
+        let listener = tokio::net::TcpListener::bind(bind).await.expect("bind");
+        let bound = listener.local_addr().unwrap();
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], bound.port()));
         let options = LeptosOptions::builder()
             .output_name("turnstile")
             .site_root("target/site")
@@ -124,12 +134,17 @@ impl TestServer {
             workdir: temp_dir("workspace"),
             ask_keepalive: std::time::Duration::from_secs(20),
             ask_timeout: std::time::Duration::from_secs(7200),
+            agent_start_timeout: std::time::Duration::from_secs(30),
+            max_agents: 16,
         };
         tune(&mut runtime);
         let state = startup::build_state(repo, options, Clock::System, runtime)
             .await
             .expect("start-up");
-        let app = startup::router(state.clone());
+        let door =
+            std::sync::Arc::new(FrontDoor::new(bound, &[], access_token.map(str::to_string)));
+        let app = turnstile::api::router(state.clone(), door)
+            .into_make_service_with_connect_info::<std::net::SocketAddr>();
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.expect("serve");
         });
@@ -144,8 +159,9 @@ impl TestServer {
         format!("{}{path}", self.base)
     }
 
-    /// Stops serving (the database stays), like a process exit.
+    /// Stops serving (the database stays), like a process exit: agents are stopped too.
     pub async fn stop(self) {
+        turnstile::server::startup::shutdown(&self.state);
         self.task.abort();
         let _ = self.task.await;
     }

@@ -140,6 +140,7 @@ async fn run_prompt(
                 input,
                 timeout_ms,
                 reply_with_answer,
+                end_turn_on_timeout,
             } => {
                 let client = match st.client(&key).await {
                     Ok(c) => c,
@@ -157,7 +158,10 @@ async fn run_prompt(
                         Ok(r) => r,
                         Err(_) => {
                             say("Question timed out, continuing without answer.".into());
-                            return StopReason::EndTurn;
+                            if end_turn_on_timeout {
+                                return StopReason::EndTurn;
+                            }
+                            continue;
                         }
                     },
                     None => call.await,

@@ -9,11 +9,13 @@ pub enum Step {
     Say(String),
     Delay(u64),
     /// Call `ask_user_question`; with a client-side timeout in ms, a timeout is survived:
-    /// the agent says "Question timed out, continuing without answer." and ends the turn.
+    /// the agent says "Question timed out, continuing without answer." and goes on with the
+    /// next line — or ends the turn (the named scenario `/e2e:clarification-timeout`).
     Ask {
         input: Value,
         timeout_ms: Option<u64>,
         reply_with_answer: bool,
+        end_turn_on_timeout: bool,
     },
     /// Request permission for a tool call and report the outcome.
     Permission,
@@ -74,6 +76,7 @@ pub fn parse(prompt: &str) -> Result<Vec<Step>, String> {
                 input: json!({ "questions": [db_question()] }),
                 timeout_ms: None,
                 reply_with_answer: true,
+                end_turn_on_timeout: false,
             },
         ],
         "/e2e:clarification-multi" => vec![
@@ -82,6 +85,7 @@ pub fn parse(prompt: &str) -> Result<Vec<Step>, String> {
                 input: multi_questions(),
                 timeout_ms: None,
                 reply_with_answer: true,
+                end_turn_on_timeout: false,
             },
         ],
         "/e2e:clarification-timeout" => vec![
@@ -90,6 +94,7 @@ pub fn parse(prompt: &str) -> Result<Vec<Step>, String> {
                 input: json!({ "questions": [db_question()] }),
                 timeout_ms: Some(5_000),
                 reply_with_answer: true,
+                end_turn_on_timeout: true,
             },
         ],
         "/e2e:permission" => vec![Step::Permission],
@@ -127,6 +132,7 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
                     .parse()
                     .map_err(|e| format!("line {n}: delay needs milliseconds: {e}"))?,
             ),
+            "e2e:permission" => Step::Permission,
             "e2e:exit" => Step::Exit(
                 args.trim()
                     .parse()
@@ -137,6 +143,7 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
                     .map_err(|e| format!("line {n}: ask needs JSON: {e}"))?,
                 timeout_ms: None,
                 reply_with_answer: true,
+                end_turn_on_timeout: false,
             },
             "e2e:ask-timeout" => {
                 let (ms, json) = args
@@ -151,6 +158,7 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
                             .map_err(|e| format!("line {n}: timeout needs milliseconds: {e}"))?,
                     ),
                     reply_with_answer: true,
+                    end_turn_on_timeout: false,
                 }
             }
             other => return Err(format!("line {n}: unknown script command {other:?}")),
@@ -184,6 +192,7 @@ mod tests {
             parse("/e2e:clarification-timeout").unwrap()[1],
             Step::Ask {
                 timeout_ms: Some(5000),
+                end_turn_on_timeout: true,
                 ..
             }
         ));
@@ -203,6 +212,7 @@ mod tests {
             steps[2],
             Step::Ask {
                 timeout_ms: Some(200),
+                end_turn_on_timeout: false,
                 ..
             }
         ));

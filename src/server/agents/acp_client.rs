@@ -1,6 +1,5 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio as ProcStdio;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::{
@@ -17,6 +16,11 @@ use agent_client_protocol::{Agent, ByteStreams, Client};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+use super::process::{self, StderrTail};
+
+/// Agent events the worker may fall behind by before the agent waits (backpressure).
+const EVENT_BUFFER: usize = 256;
 
 /// How to start an agent for one session.
 #[derive(Clone, Debug)]
@@ -70,7 +74,7 @@ pub struct AgentConnection {
     cx: v1::ConnectionTo<Agent>,
     session_id: SessionId,
     stop: Option<oneshot::Sender<()>>,
-    events: mpsc::UnboundedSender<AgentEvent>,
+    events: mpsc::Sender<AgentEvent>,
 }
 
 impl AgentConnection {
@@ -98,7 +102,7 @@ impl AgentConnection {
                         || agent_client_protocol::is_connection_terminated(&e),
                     message: e.to_string(),
                 });
-            let _ = events.send(AgentEvent::PromptDone(result));
+            let _ = events.send(AgentEvent::PromptDone(result)).await;
         });
     }
 
@@ -117,24 +121,23 @@ impl Drop for AgentConnection {
     }
 }
 
-/// Spawns the agent, runs `initialize` and `session/new` (or `session/load`), and returns the
-/// connection. Everything the agent sends afterwards goes to `events`.
+/// Spawns the agent (see `process`), runs `initialize` and `session/new` (or `session/load`)
+/// within `start_timeout`, and returns the connection with the channel of everything the
+/// agent does. An agent that does not finish the handshake in time is killed with its group.
 pub async fn launch(
     spec: LaunchSpec,
-    events: mpsc::UnboundedSender<AgentEvent>,
-) -> Result<AgentConnection, String> {
-    let mut child = tokio::process::Command::new(&spec.command)
-        .args(&spec.args)
-        .envs(&spec.env)
-        .current_dir(&spec.cwd)
-        .stdin(ProcStdio::piped())
-        .stdout(ProcStdio::piped())
-        .stderr(ProcStdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot start agent {}: {e}", spec.command.display()))?;
+    start_timeout: std::time::Duration,
+) -> Result<(AgentConnection, mpsc::Receiver<AgentEvent>), String> {
+    let (events, events_rx) = mpsc::channel(EVENT_BUFFER);
+    let mut child = process::spawn(&spec.command, &spec.args, &spec.env, &spec.cwd)?;
+    let pid = child.id();
     let stdin = child.stdin.take().ok_or("agent stdin unavailable")?;
     let stdout = child.stdout.take().ok_or("agent stdout unavailable")?;
+    let tail = child
+        .stderr
+        .take()
+        .map(StderrTail::capture)
+        .unwrap_or_default();
     let transport = ByteStreams::new(stdin.compat_write(), stdout.compat());
 
     let (conn_tx, conn_rx) = oneshot::channel::<v1::ConnectionTo<Agent>>();
@@ -162,7 +165,8 @@ pub async fn launch(
                     _ => None,
                 };
                 if let Some(event) = event {
-                    let _ = updates.send(event);
+                    // Bounded: a chatty agent waits for the worker instead of growing memory.
+                    let _ = updates.send(event).await;
                 }
                 Ok(())
             },
@@ -182,11 +186,13 @@ pub async fn launch(
                     "tool_call_id": req.tool_call.tool_call_id.0.to_string(),
                     "title": req.tool_call.fields.title,
                 });
-                let _ = permissions.send(AgentEvent::Permission(PermissionAsk {
-                    tool_call,
-                    options: json!(options),
-                    reply,
-                }));
+                let _ = permissions
+                    .send(AgentEvent::Permission(PermissionAsk {
+                        tool_call,
+                        options: json!(options),
+                        reply,
+                    }))
+                    .await;
                 // Waiting happens outside the dispatch loop, which must keep running.
                 cx.spawn(async move {
                     let outcome = match answer.await {
@@ -209,21 +215,60 @@ pub async fn launch(
             }
             Ok(())
         });
+    let exit_tail = tail.clone();
     tokio::spawn(async move {
         let result = driver.await;
-        // Reap the process; report how it ended unless we asked it to stop.
+        // The connection is over: nothing of the agent may outlive it. Kill the group before
+        // reaping the leader (so the group id cannot have been reused), then report.
+        let exited_on_its_own = matches!(child.try_wait(), Ok(Some(_)));
+        if let Some(pid) = pid {
+            process::kill_group(pid);
+        }
         let status = tokio::time::timeout(std::time::Duration::from_secs(5), child.wait()).await;
         let reason = match (result, status) {
             (Err(e), _) => format!("agent connection failed: {e}"),
-            (Ok(()), Ok(Ok(status))) => format!("agent exited ({status})"),
-            (Ok(()), _) => {
-                let _ = child.kill().await;
-                "agent connection closed".to_string()
-            }
+            (Ok(()), Ok(Ok(status))) if exited_on_its_own => format!("agent exited ({status})"),
+            (Ok(()), Ok(Ok(_))) => "agent stopped".to_string(),
+            (Ok(()), _) => "agent connection closed".to_string(),
         };
-        let _ = exited.send(AgentEvent::Exited(reason));
+        let _ = exited
+            .send(AgentEvent::Exited(exit_tail.explain(&reason)))
+            .await;
     });
 
+    let handshake = handshake(conn_rx, &spec);
+    match tokio::time::timeout(start_timeout, handshake).await {
+        Ok(Ok((cx, session_id))) => Ok((
+            AgentConnection {
+                cx,
+                session_id,
+                stop: Some(stop_tx),
+                events,
+            },
+            events_rx,
+        )),
+        Ok(Err(reason)) => {
+            let _ = stop_tx.send(());
+            Err(tail.explain(&reason))
+        }
+        Err(_) => {
+            let _ = stop_tx.send(());
+            if let Some(pid) = pid {
+                process::kill_group(pid);
+            }
+            Err(tail.explain(&format!(
+                "the agent did not complete the ACP handshake within {} s; it was stopped",
+                start_timeout.as_secs()
+            )))
+        }
+    }
+}
+
+/// `initialize`, then `session/load` (when resuming and supported) or `session/new`.
+async fn handshake(
+    conn_rx: oneshot::Receiver<v1::ConnectionTo<Agent>>,
+    spec: &LaunchSpec,
+) -> Result<(v1::ConnectionTo<Agent>, SessionId), String> {
     let cx = conn_rx
         .await
         .map_err(|_| "agent connection ended during start-up".to_string())?;
@@ -244,6 +289,7 @@ pub async fn launch(
     );
     let session_id = match spec
         .load_session
+        .clone()
         .filter(|_| init.agent_capabilities.load_session)
     {
         Some(existing) => {
@@ -264,10 +310,5 @@ pub async fn launch(
                 .session_id
         }
     };
-    Ok(AgentConnection {
-        cx,
-        session_id,
-        stop: Some(stop_tx),
-        events,
-    })
+    Ok((cx, session_id))
 }

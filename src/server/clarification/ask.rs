@@ -4,6 +4,7 @@
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::model::limits::{self, at_most};
 use crate::model::{Answer, Question, QuestionOption, Response};
 
 pub const MAX_QUESTIONS: usize = 4;
@@ -52,6 +53,9 @@ pub fn parse_ask(args: &Value) -> Result<Ask, String> {
         .as_object()
         .ok_or("arguments must be an object with `questions`")?;
     let context = str_field(obj, "context", "arguments")?.map(str::to_string);
+    if let Some(c) = &context {
+        at_most("context", c, limits::ASK_CONTEXT_CHARS)?;
+    }
     let list = obj
         .get("questions")
         .and_then(Value::as_array)
@@ -72,11 +76,16 @@ pub fn parse_ask(args: &Value) -> Result<Ask, String> {
         if id.trim().is_empty() {
             return Err(format!("{at}.id must not be empty"));
         }
+        at_most(&format!("{at}.id"), &id, limits::ASK_ID_CHARS)?;
         let prompt = str_field(q, "prompt", &at)?.unwrap_or_default();
         if prompt.trim().is_empty() {
             return Err(format!("{at}.prompt is required and must not be empty"));
         }
+        at_most(&format!("{at}.prompt"), prompt, limits::ASK_PROMPT_CHARS)?;
         let title = str_field(q, "title", &at)?.map(str::to_string);
+        if let Some(t) = &title {
+            at_most(&format!("{at}.title"), t, limits::ASK_TITLE_CHARS)?;
+        }
         let opts = q
             .get("options")
             .and_then(Value::as_array)
@@ -95,18 +104,25 @@ pub fn parse_ask(args: &Value) -> Result<Ask, String> {
             if label.trim().is_empty() {
                 return Err(format!("{oat}.label is required and must not be empty"));
             }
+            at_most(&format!("{oat}.label"), label, limits::ASK_LABEL_CHARS)?;
             let oid = str_field(o, "id", &oat)?
                 .map(str::to_string)
                 .unwrap_or_else(|| format!("{id}_opt{}", j + 1));
             if oid.trim().is_empty() {
                 return Err(format!("{oat}.id must not be empty"));
             }
+            at_most(&format!("{oat}.id"), &oid, limits::ASK_ID_CHARS)?;
             if options.iter().any(|x: &QuestionOption| x.id == oid) {
                 return Err(format!("{oat}.id {oid:?} is not unique within {at}"));
             }
             let description = str_field(o, "description", &oat)?
                 .unwrap_or_default()
                 .to_string();
+            at_most(
+                &format!("{oat}.description"),
+                &description,
+                limits::ASK_DESCRIPTION_CHARS,
+            )?;
             options.push(QuestionOption {
                 id: oid,
                 label: label.to_string(),
@@ -127,7 +143,8 @@ pub fn parse_ask(args: &Value) -> Result<Ask, String> {
 }
 
 /// The tool result for an answered or rejected bundle (spec/api.md): keyed by question id →
-/// `{selected_option?, custom_text?}`, or `{rejected: true, reject_reason?}`.
+/// `{selected_option?, custom_text?}`, or `{rejected: true, reject_reason?}`. When several
+/// options were picked, `selected_options` lists them all (`selected_option` is the first).
 pub fn tool_output(response: &Response) -> Value {
     if response.rejected {
         let mut v = json!({ "rejected": true });
@@ -146,6 +163,9 @@ pub fn tool_output(response: &Response) -> Value {
         let mut a = Map::new();
         if let Some(first) = selected_options.first() {
             a.insert("selected_option".into(), json!(first));
+        }
+        if selected_options.len() > 1 {
+            a.insert("selected_options".into(), json!(selected_options));
         }
         if let Some(t) = custom_text {
             a.insert("custom_text".into(), json!(t));
@@ -205,6 +225,26 @@ mod tests {
                 json!({ "questions": [{ "prompt": 3, "options": [] }] }),
                 "string",
             ),
+            (
+                json!({ "questions": [{ "prompt": "x".repeat(4 * 1024 * 1024), "options": [{"label":"x"},{"label":"y"}] }] }),
+                "limit",
+            ),
+            (
+                json!({ "context": "c".repeat(9000), "questions": [{ "prompt": "a", "options": [{"label":"x"},{"label":"y"}] }] }),
+                "limit",
+            ),
+            (
+                q(json!([{ "label": "x".repeat(201) }, { "label": "b" }])),
+                "limit",
+            ),
+            (
+                q(json!([{ "label": "a", "description": "d".repeat(1001) }, { "label": "b" }])),
+                "limit",
+            ),
+            (
+                json!({ "questions": [{ "id": "i".repeat(65), "prompt": "a", "options": [{"label":"x"},{"label":"y"}] }] }),
+                "limit",
+            ),
         ];
         for (input, needle) in cases {
             let err = parse_ask(&input).unwrap_err();
@@ -237,6 +277,19 @@ mod tests {
         assert_eq!(
             tool_output(&answered),
             json!({ "db": { "selected_option": "sqlite" } })
+        );
+        let several = Response {
+            answers: vec![Answer {
+                question_id: "db".into(),
+                selected_options: vec!["sqlite".into(), "postgresql".into()],
+                custom_text: Some("both".into()),
+            }],
+            ..answered.clone()
+        };
+        assert_eq!(
+            tool_output(&several),
+            json!({ "db": { "selected_option": "sqlite", "selected_options": ["sqlite", "postgresql"], "custom_text": "both" } }),
+            "every selected option reaches the agent"
         );
         let rejected = Response {
             answers: vec![],

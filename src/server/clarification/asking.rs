@@ -7,9 +7,10 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::ask::{Ask, tool_output};
-use crate::model::{Response, SessionState};
+use crate::model::SessionState;
 use crate::server::orchestrator::{publish, sessions};
-use crate::server::repo::{NewBundle, SessionRecord};
+use crate::server::repo::{NewAsk, SessionRecord};
+use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
 
 /// How a wait ended.
@@ -19,8 +20,15 @@ pub enum AskOutcome {
     Answered(serde_json::Value),
     /// Timed out or cancelled: the bundle is detached and stays answerable (L9).
     Detached(&'static str),
+    /// The question is not (or no longer) the session's to ask: its turn was superseded or
+    /// closed, or an identical call took the wait over.
+    Ended(&'static str),
     Failed(String),
 }
+
+/// Why an ask is refused when the agent's turn is no longer current (L6).
+const SUPERSEDED: &str = "this turn was superseded (the user already answered an earlier question, \
+     which comes next as a new message); continue without asking";
 
 /// Writes the bundle (or finds the identical active one, L8), then waits for its answer.
 /// `progress` is called every keepalive interval (L7).
@@ -37,21 +45,36 @@ where
 {
     // The waiter exists before the bundle is visible to anyone: a responder that reads the
     // bundle right after its commit always finds it (L15), never a gap that looks detached.
-    let (tx, mut rx) = oneshot::channel::<Response>();
+    let (tx, mut rx) = oneshot::channel::<WaiterMsg>();
     let pending_id = match existing_identical(state, session, &ask).await {
         Ok(Some(id)) => {
-            state.runtime.waiters.put(&id, tx);
+            // L8: this call takes over the wait; the earlier call ends.
+            if let Some(old) = state.runtime.waiters.put(&id, tx) {
+                let _ = old.send(WaiterMsg::Ended(
+                    "an identical call took over this question",
+                ));
+            }
             id
         }
         Ok(None) => {
             let id = crate::server::repo::new_id();
             state.runtime.waiters.put(&id, tx);
-            // L7: waiting before the question is visible, so whoever sees it sees the wait.
-            mark(state, &session.id, SessionState::WaitingForInput).await;
-            if let Err(e) = write(state, session, &ask, &id).await {
-                state.runtime.waiters.take(&id);
-                mark(state, &session.id, SessionState::Running).await;
-                return AskOutcome::Failed(e);
+            match write(state, session, &ask, &id).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    state.runtime.waiters.take(&id);
+                    return AskOutcome::Ended(SUPERSEDED);
+                }
+                Err(e) => {
+                    state.runtime.waiters.take(&id);
+                    return AskOutcome::Failed(e);
+                }
+            }
+            // A resume owed for an earlier answer may have become current between the read
+            // and our commit: then this question is already superseded and nobody will answer
+            // it. (`release_superseded` covers the other order.)
+            if superseded(state, &id).await && state.runtime.waiters.take(&id).is_some() {
+                return AskOutcome::Ended(SUPERSEDED);
             }
             id
         }
@@ -67,10 +90,19 @@ where
     );
     let stop_reason = loop {
         tokio::select! {
-            answer = &mut rx => match answer {
-                Ok(response) => return answered(state, &session.id, response).await,
-                // An identical repeat call (L8) took over the wait; the bundle stays as it is.
-                Err(_) => return AskOutcome::Detached("an identical call took over this question"),
+            message = &mut rx => match message {
+                Ok(WaiterMsg::Answer(response)) => {
+                    mark(state, &session.id, SessionState::Running).await;
+                    return AskOutcome::Answered(tool_output(&response));
+                }
+                Ok(WaiterMsg::Ended(reason)) => return AskOutcome::Ended(reason),
+                // The responder that took the waiter could not record the delivery: nothing
+                // was delivered and the question is pending again. Wait on.
+                Err(_) => {
+                    let (tx, again) = oneshot::channel();
+                    state.runtime.waiters.put(&pending_id, tx);
+                    rx = again;
+                }
             },
             _ = interval.tick() => {
                 ticks += 1;
@@ -83,9 +115,10 @@ where
     // Exactly one of {respond, cancel, timeout} wins the waiter: if a responder already took
     // it, its answer is in flight and this call still delivers it.
     if state.runtime.waiters.take(&pending_id).is_none()
-        && let Ok(response) = rx.await
+        && let Ok(WaiterMsg::Answer(response)) = rx.await
     {
-        return answered(state, &session.id, response).await;
+        mark(state, &session.id, SessionState::Running).await;
+        return AskOutcome::Answered(tool_output(&response));
     }
     match state.repo.detach_bundle(&pending_id).await {
         Ok(true) => {
@@ -102,9 +135,32 @@ where
     AskOutcome::Detached(stop_reason)
 }
 
-async fn answered(state: &AppState, session_id: &str, response: Response) -> AskOutcome {
-    mark(state, session_id, SessionState::Running).await;
-    AskOutcome::Answered(tool_output(&response))
+/// Pending but no longer active (a newer turn exists): nobody can answer it (L5).
+async fn superseded(state: &AppState, pending_id: &str) -> bool {
+    matches!(
+        state.repo.get_bundle(pending_id).await,
+        Ok(Some(b)) if b.record.status == crate::model::BundleStatus::Pending && !b.active
+    )
+}
+
+/// Ends the waits of a session's questions that a newer turn superseded (L5), so their agent
+/// calls return instead of waiting for answers nobody can give.
+pub async fn release_superseded(state: &AppState, session_id: &str) {
+    let Ok(bundles) = state.repo.session_bundles(session_id).await else {
+        return;
+    };
+    for b in bundles
+        .iter()
+        .filter(|b| b.status == crate::model::BundleStatus::Pending)
+    {
+        if !state.runtime.waiters.contains(&b.pending_id) || !superseded(state, &b.pending_id).await
+        {
+            continue;
+        }
+        if let Some(waiter) = state.runtime.waiters.take(&b.pending_id) {
+            let _ = waiter.send(WaiterMsg::Ended(SUPERSEDED));
+        }
+    }
 }
 
 async fn mark(state: &AppState, session_id: &str, to: SessionState) {
@@ -131,42 +187,40 @@ async fn existing_identical(
         .map(|b| b.record.pending_id))
 }
 
-/// L6: bundle, questions and transcript message in one transaction before anything is
-/// published.
+/// L6/L7: bundle, questions, transcript message and the session's `waiting_for_input` in one
+/// transaction guarded by the current turn; published after the commit, the state first, so
+/// nobody sees the question before the session waits. `Ok(false)`: the agent's turn is no
+/// longer current (nothing written).
 async fn write(
     state: &AppState,
     session: &SessionRecord,
     ask: &Ask,
     pending_id: &str,
-) -> Result<(), String> {
-    let turn_id = state
+) -> Result<bool, String> {
+    let new = NewAsk {
+        pending_id: pending_id.to_string(),
+        session_id: session.id.clone(),
+        context: ask.context.clone(),
+        dedup_key: ask.dedup_key(),
+        questions: ask.questions.clone(),
+        message_content: ask.summary_line(),
+    };
+    let Some(written) = state
         .repo
-        .current_turn_id(&session.id)
+        .ask_in_current_turn(&new, state.clock.now())
         .await
         .map_err(|e| e.to_string())?
-        .ok_or("the session has no turn to ask in")?;
-    let (bundle, message) = state
-        .repo
-        .insert_bundle(
-            &NewBundle {
-                pending_id: Some(pending_id.to_string()),
-                session_id: session.id.clone(),
-                turn_id,
-                context: ask.context.clone(),
-                dedup_key: ask.dedup_key(),
-                questions: ask.questions.clone(),
-                message_content: ask.summary_line(),
-            },
-            state.clock.now(),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    publish::message(state, "session.message.added", &message).await;
+    else {
+        return Ok(false);
+    };
+    state.runtime.counters.note_foreign_row(&session.id);
+    publish::session(state, "session.state_changed", &written.session).await;
+    publish::message(state, "session.message.added", &written.message).await;
     publish::bundles_by_id(
         state,
         "clarification.requested",
-        std::slice::from_ref(&bundle.pending_id),
+        std::slice::from_ref(&written.bundle.pending_id),
     )
     .await;
-    Ok(())
+    Ok(true)
 }

@@ -1,8 +1,11 @@
-//! L19: crash recovery of detached answers at start-up, before anything else runs.
-//! - an empty, unattempted reservation is deleted and its bundle restored to pending;
-//! - an attempted reservation stays current: its answer is final (published, delivered);
-//! - a bundle left `delivery_pending` without a reservation is restored if still current,
-//!   otherwise its marker is cleared.
+//! L19: crash recovery at start-up, before anything else runs.
+//! - a reservation never made owed is deleted and its bundle restored to pending;
+//! - an owed resume (attempted, with its prompt) stays owed: its answer is final and it is
+//!   delivered by the session's next launch (start-up kicks it, L18);
+//! - an attempted turn of an older server (no prompt kept) is published as it was;
+//! - a bundle left `delivery_pending` without an owed resume was never handed over: it is
+//!   restored if still current, otherwise its marker is cleared;
+//! - permission requests die with the agents that asked (N6): all pending ones are cancelled.
 //!
 //! Any repository error aborts start-up (the caller fails loudly).
 
@@ -13,29 +16,30 @@ use crate::server::time::Micros;
 #[derive(Debug, Default, PartialEq)]
 pub struct Recovered {
     pub deleted_reservations: Vec<String>,
-    pub kept_attempted: Vec<String>,
+    pub kept_owed: Vec<String>,
     pub restored_bundles: Vec<String>,
     pub finalized_bundles: Vec<String>,
+    pub cancelled_permissions: Vec<String>,
 }
 
-pub async fn recover(repo: &dyn Repository) -> RepoResult<Recovered> {
+pub async fn recover(repo: &dyn Repository, now: Micros) -> RepoResult<Recovered> {
     let mut out = Recovered::default();
     for turn in repo.unpublished_reservations().await? {
-        if turn.reservation == "reserved" && repo.delete_reservation(&turn.id).await? {
-            out.deleted_reservations.push(turn.id.clone());
+        if turn.reservation == "reserved" {
+            if repo.delete_reservation(&turn.id).await? {
+                out.deleted_reservations.push(turn.id.clone());
+            } else {
+                // Referenced by a message: it counts already; publish it as it is.
+                repo.mark_attempted(&turn.id).await?;
+                repo.publish_turn(&turn.id).await?;
+            }
             continue;
         }
-        // Attempted (or referenced by a message): the agent may have it; the answer is final.
-        if turn.reservation == "reserved" {
-            repo.mark_attempted(&turn.id).await?;
+        if turn.resume_prompt.is_some() {
+            out.kept_owed.push(turn.id);
+        } else {
+            repo.publish_turn(&turn.id).await?;
         }
-        repo.publish_turn(&turn.id).await?;
-        if let Some(pending_id) = &turn.resume_pending_id
-            && repo.finalize_delivery(pending_id).await?
-        {
-            out.finalized_bundles.push(pending_id.clone());
-        }
-        out.kept_attempted.push(turn.id);
     }
     for bundle in repo.bundles_pending_delivery().await? {
         if repo.restore_bundle(&bundle.pending_id).await? {
@@ -44,25 +48,50 @@ pub async fn recover(repo: &dyn Repository) -> RepoResult<Recovered> {
             out.finalized_bundles.push(bundle.pending_id);
         }
     }
+    out.cancelled_permissions = repo
+        .cancel_permissions(None, now)
+        .await?
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
     Ok(out)
+}
+
+/// A turn start-up recovery completed: its step action runs (or is deferred) like any other
+/// completion's (N3), once the application state exists.
+#[derive(Debug, PartialEq)]
+pub struct CompletedTurn {
+    pub session_id: String,
+    pub task_id: String,
+    pub turn_id: String,
 }
 
 /// Agent processes die with the server. Sessions that were starting, running or waiting keep
 /// their questions answerable: open turns are completed (which detaches their waiting bundles,
 /// L9) and the session waits for the human; a later prompt or answer relaunches the agent.
-pub async fn recover_sessions(repo: &dyn Repository, now: Micros) -> RepoResult<()> {
+/// Owed resumes are not open turns: they stay owed.
+pub async fn recover_sessions(
+    repo: &dyn Repository,
+    now: Micros,
+) -> RepoResult<Vec<CompletedTurn>> {
     use SessionState::*;
+    let mut completed = Vec::new();
     for s in repo
         .sessions_in_states(&[Starting, Running, WaitingForInput])
         .await?
     {
         for turn in repo.complete_open_turns(&s.id, now).await? {
             repo.detach_turn(&turn).await?;
+            completed.push(CompletedTurn {
+                session_id: s.id.clone(),
+                task_id: s.task_id.clone(),
+                turn_id: turn,
+            });
         }
         repo.detach_session(&s.id).await?;
         if s.state != WaitingForInput {
             repo.set_session_state(&s.id, WaitingForInput, now).await?;
         }
     }
-    Ok(())
+    Ok(completed)
 }

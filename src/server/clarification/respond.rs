@@ -4,13 +4,12 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::oneshot;
 
 use crate::model::{Answer, AppError, BundleStatus, Response};
 use crate::server::hooks::Point;
-use crate::server::orchestrator::worker::{self, Command, Resume};
-use crate::server::orchestrator::{publish, workflow};
-use crate::server::repo::{BundleRecord, Claim, ClaimOutcome, StoredBundle};
+use crate::server::orchestrator::{publish, worker, workflow};
+use crate::server::repo::{BundleRecord, Claim, ClaimOutcome, RepoError, StoredBundle};
+use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
 use crate::server::summary::projector::{Scope, refresh_task};
 use crate::server::time::format_micros;
@@ -34,31 +33,6 @@ pub struct Responded {
     pub claimed: bool,
     pub status: BundleStatus,
     pub response: Option<Response>,
-}
-
-#[derive(Debug)]
-pub enum RespondError {
-    App(AppError),
-    /// L18: 500 with `retryable`.
-    Failed {
-        message: String,
-        retryable: bool,
-    },
-}
-
-impl From<AppError> for RespondError {
-    fn from(e: AppError) -> Self {
-        RespondError::App(e)
-    }
-}
-
-impl From<crate::server::repo::RepoError> for RespondError {
-    fn from(e: crate::server::repo::RepoError) -> Self {
-        RespondError::Failed {
-            message: e.to_string(),
-            retryable: true,
-        }
-    }
 }
 
 /// L12: the response fits the bundle's questions. Nothing is written before this passes.
@@ -134,7 +108,7 @@ pub async fn respond(
     state: &AppState,
     pending_id: &str,
     body: RespondBody,
-) -> Result<Responded, RespondError> {
+) -> Result<Responded, AppError> {
     let bundle = state
         .repo
         .get_bundle(pending_id)
@@ -162,25 +136,14 @@ pub async fn respond(
         response: serde_json::to_string(&response).expect("plain data"),
         reject_reason: response.reject_reason.clone(),
     };
-    let record = match state.repo.claim_bundle(pending_id, &claim, now).await? {
-        ClaimOutcome::Claimed(r) => r,
-        ClaimOutcome::AlreadyResolved(r) => {
-            return Ok(Responded {
-                claimed: false,
-                status: r.status,
-                response: stored_response(&r),
-            });
-        }
-        ClaimOutcome::NotActive(r) => {
-            return Err(AppError::Conflict(format!(
-                "clarification {pending_id} is no longer active ({})",
-                r.status
-            ))
-            .into());
-        }
-        ClaimOutcome::NotFound => {
-            return Err(AppError::NotFound(format!("clarification {pending_id}")).into());
-        }
+    let record = match claim_or_lose(state, pending_id, &claim, now).await? {
+        Ok(record) => record,
+        Err(lost) => return Ok(lost),
+    };
+    let won = Responded {
+        claimed: true,
+        status: claim.status,
+        response: Some(response.clone()),
     };
     let action = if rejected {
         "clarification.rejected"
@@ -188,24 +151,26 @@ pub async fn respond(
         "clarification.answered"
     };
     state.hooks.run(Point::AfterClaim, pending_id).await;
-    // L15: a live waiter gets the answer and the agent continues in the same turn.
+    // L15: a live waiter gets the answer and the agent continues in the same turn. The
+    // delivery is recorded before the hand-over, so nothing can fail after the agent has it.
     if let Some(waiter) = state.runtime.waiters.take(pending_id) {
-        match waiter.send(response.clone()) {
+        if let Err(e) = finalize(state, pending_id).await {
+            drop(waiter); // the call waits on; the question is pending again
+            return Err(undo(state, &record, e.to_string()).await);
+        }
+        match waiter.send(WaiterMsg::Answer(response)) {
             Ok(()) => {
-                state.repo.finalize_delivery(pending_id).await?;
                 publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
-                return Ok(Responded {
-                    claimed: true,
-                    status: claim.status,
-                    response: Some(response),
-                });
+                return Ok(won);
             }
+            // The call ended after we took it: the answer goes out as a resume instead.
             Err(_) => tracing::debug!(pending_id, "the waiter left; delivering as detached"),
         }
-    }
-    if rejected {
+    } else if rejected {
         // L16: persisted, barrier released, the agent is not woken.
-        state.repo.finalize_delivery(pending_id).await?;
+        if let Err(e) = finalize(state, pending_id).await {
+            return Err(undo(state, &record, e.to_string()).await);
+        }
         publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
         publish::bundles_by_id(
             state,
@@ -213,20 +178,124 @@ pub async fn respond(
             &[pending_id.to_string()],
         )
         .await;
-        workflow::on_turn_complete(state, &record.session_id, &record.task_id).await;
-        return Ok(Responded {
-            claimed: true,
-            status: claim.status,
-            response: Some(response),
-        });
+        workflow::barrier_released(state, &record.session_id, &record.task_id, &record.turn_id)
+            .await;
+        return Ok(won);
     }
-    resume(state, &bundle, &record, &response).await?;
+    let answered = match &won.response {
+        Some(r) => r,
+        None => unreachable!("a won claim carries its response"),
+    };
+    // L17/L18: accepted once the resume is owed in the database; then the worker delivers it.
+    let owed = match state.hooks.check(Point::Owe) {
+        Ok(()) => {
+            state
+                .repo
+                .owe_resume(
+                    pending_id,
+                    &resume_prompt(&bundle, answered),
+                    state.clock.now(),
+                )
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    match owed {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            // The session ended between the claim and now: nothing can be delivered.
+            let _ = undo(state, &record, "the session ended".into()).await;
+            return Err(AppError::Conflict(format!(
+                "clarification {pending_id} can no longer be answered: its session ended"
+            )));
+        }
+        Err(e) => return Err(undo(state, &record, e.to_string()).await),
+    }
     publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
-    Ok(Responded {
-        claimed: true,
-        status: claim.status,
-        response: Some(response),
-    })
+    // The owed turn is now current: questions of the older turn that still wait end (L5).
+    super::asking::release_superseded(state, &record.session_id).await;
+    worker::deliver_owed(state, &record.session_id, &record.task_id);
+    Ok(won)
+}
+
+/// L13/L14: the claim, with the loser classified. A loser that finds the bundle pending and
+/// active again (the winner's claim was undone, L18) tries again instead of answering 409.
+/// `Ok(Err(responded))` is a lost claim (200 `claimed: false`).
+async fn claim_or_lose(
+    state: &AppState,
+    pending_id: &str,
+    claim: &Claim,
+    now: i64,
+) -> Result<Result<BundleRecord, Responded>, AppError> {
+    const ATTEMPTS: usize = 5;
+    for _ in 0..ATTEMPTS {
+        match state.repo.claim_bundle(pending_id, claim, now).await? {
+            ClaimOutcome::Claimed(r) => return Ok(Ok(r)),
+            ClaimOutcome::NotFound => {
+                return Err(AppError::NotFound(format!("clarification {pending_id}")));
+            }
+            ClaimOutcome::AlreadyResolved(_) | ClaimOutcome::NotActive(_) => {}
+        }
+        // Lost: classify on a fresh read (status and L2 activity together). The winner's
+        // claim may have been undone meanwhile: then the question is open again.
+        state.hooks.run(Point::ClaimLost, pending_id).await;
+        let Some(now_stored) = state.repo.get_bundle(pending_id).await? else {
+            return Err(AppError::NotFound(format!("clarification {pending_id}")));
+        };
+        let r = &now_stored.record;
+        match r.status {
+            BundleStatus::Answered | BundleStatus::Rejected => {
+                return Ok(Err(Responded {
+                    claimed: false,
+                    status: r.status,
+                    response: stored_response(r),
+                }));
+            }
+            BundleStatus::Pending if now_stored.active => continue,
+            status => {
+                return Err(AppError::Conflict(format!(
+                    "clarification {pending_id} is no longer active ({status})"
+                )));
+            }
+        }
+    }
+    Err(AppError::Retryable(format!(
+        "clarification {pending_id} changed hands {ATTEMPTS} times; try again"
+    )))
+}
+
+/// Records that the claimed outcome was handed over (or, for a rejection, is final).
+async fn finalize(state: &AppState, pending_id: &str) -> Result<(), RepoError> {
+    state.hooks.check(Point::Finalize)?;
+    state.repo.finalize_delivery(pending_id).await.map(|_| ())
+}
+
+/// L18: a failure before acceptance undoes the claim (the question is pending and current
+/// again), refreshes the summary and is reported as retryable. If even the undo fails, start-up
+/// recovery restores it (L19); the answer is then not retryable now.
+async fn undo(state: &AppState, record: &BundleRecord, cause: String) -> AppError {
+    tracing::warn!(pending_id = %record.pending_id, error = %cause, "answer not accepted; undoing the claim");
+    let restored = state
+        .repo
+        .restore_bundle(&record.pending_id)
+        .await
+        .unwrap_or(false);
+    if restored {
+        publish::bundles_by_id(
+            state,
+            "clarification.restored",
+            std::slice::from_ref(&record.pending_id),
+        )
+        .await;
+    }
+    if let Err(e) = refresh_task(state, &record.task_id, Scope::Full, None).await {
+        tracing::warn!(error = %e, "summary refresh after an undone claim failed");
+    }
+    if restored {
+        AppError::Retryable("the answer could not be recorded; nothing changed, try again".into())
+    } else {
+        crate::server::telemetry::internal(&cause)
+    }
 }
 
 /// The resume prompt (L17): the question and the answer, as one prompt.
@@ -249,54 +318,6 @@ pub fn resume_prompt(bundle: &StoredBundle, response: &Response) -> String {
         lines.push(format!("Q: {question}\nA: {answer}"));
     }
     lines.join("\n")
-}
-
-/// L17/L18/L19: reserve, then hand the resume to the session worker, which marks it attempted
-/// right before dispatch and publishes it after. A failure before acceptance undoes the claim
-/// and is retryable.
-async fn resume(
-    state: &AppState,
-    bundle: &StoredBundle,
-    record: &BundleRecord,
-    response: &Response,
-) -> Result<(), RespondError> {
-    let reservation = state
-        .repo
-        .reserve_turn(&record.session_id, &record.pending_id, state.clock.now())
-        .await?;
-    let (reply, accepted) = oneshot::channel();
-    let resume = Resume {
-        turn_id: reservation.id.clone(),
-        pending_id: record.pending_id.clone(),
-        prompt: resume_prompt(bundle, response),
-    };
-    let dispatched = worker::handle(state, &record.session_id, &record.task_id)
-        .send(Command::Resume { resume, reply });
-    let outcome = match dispatched {
-        Ok(()) => accepted
-            .await
-            .unwrap_or_else(|_| Err("the session worker stopped".into())),
-        Err(e) => Err(e.to_string()),
-    };
-    match outcome {
-        // Accepted (dispatched, or queued behind the open turn): the answer is final (L18).
-        Ok(()) => Ok(()),
-        Err(reason) => {
-            let _ = state.repo.delete_reservation(&reservation.id).await;
-            let restored = state
-                .repo
-                .restore_bundle(&record.pending_id)
-                .await
-                .unwrap_or(false);
-            if let Err(e) = refresh_task(state, &record.task_id, Scope::Full, None).await {
-                tracing::warn!(error = %e, "summary refresh after a failed resume failed");
-            }
-            Err(RespondError::Failed {
-                message: format!("the agent could not be resumed: {reason}"),
-                retryable: restored,
-            })
-        }
-    }
 }
 
 /// `{claimed, status, response}` as the REST body.

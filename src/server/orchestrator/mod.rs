@@ -1,7 +1,10 @@
 //! Sessions, turns, prompts and the prompt queue, the workflow guard, resumes.
 
+pub mod permissions;
+pub mod profiles;
 pub mod publish;
 pub mod sessions;
+pub mod stream;
 pub mod tasks;
 pub mod worker;
 pub mod workflow;

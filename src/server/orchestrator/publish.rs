@@ -4,7 +4,9 @@
 use serde_json::json;
 
 use crate::server::events::Event;
-use crate::server::repo::{MessageRecord, SessionRecord, StoredBundle, TurnRecord};
+use crate::server::repo::{
+    MessageRecord, PermissionRecord, SessionRecord, StoredBundle, TurnRecord,
+};
 use crate::server::state::AppState;
 
 /// `session.message.*` with the session's pending action and its P9 revision (reserved
@@ -38,11 +40,49 @@ pub fn turn(state: &AppState, action: &str, t: &TurnRecord) {
     );
 }
 
-pub fn session(state: &AppState, action: &str, s: &SessionRecord) {
+/// `session.*` with the session's P1 pending action and its P9 revision (reserved before the
+/// authoritative read); without them when the read fails.
+pub async fn session(state: &AppState, action: &str, s: &SessionRecord) {
+    let revision = state.next_pending_revision();
+    let dto = match state
+        .repo
+        .pending_actions_for_sessions(std::slice::from_ref(&s.id))
+        .await
+    {
+        Ok(pending) => s.to_dto(pending.get(&s.id).copied().flatten(), Some(revision)),
+        Err(e) => {
+            tracing::warn!(error = %e, "pending action unknown for a session event");
+            s.to_dto(None, None)
+        }
+    };
     state.hub.publish(
-        Event::new(action, json!({ "session": s.to_dto(None, None) }))
+        Event::new(action, json!({ "session": dto }))
             .for_task(s.task_id.clone())
             .for_session(s.id.clone()),
+    );
+}
+
+/// N6: a permission request the agent is waiting on.
+pub fn permission_requested(state: &AppState, p: &PermissionRecord) {
+    state.hub.publish(
+        Event::new(
+            "permission.requested",
+            json!({ "permission": p.to_dto(), "permission_id": p.id, "session_id": p.session_id }),
+        )
+        .for_task(p.task_id.clone())
+        .for_session(p.session_id.clone()),
+    );
+}
+
+/// N6: answered, or cancelled because its turn or its agent ended.
+pub fn permission_resolved(state: &AppState, p: &PermissionRecord) {
+    state.hub.publish(
+        Event::new(
+            "permission.resolved",
+            json!({ "permission": p.to_dto(), "permission_id": p.id, "status": p.status }),
+        )
+        .for_task(p.task_id.clone())
+        .for_session(p.session_id.clone()),
     );
 }
 

@@ -51,7 +51,7 @@ pub async fn set_state(
             .await?;
         publish::bundles_by_id(state, "clarification.expired", &expired).await;
     }
-    publish::session(state, "session.state_changed", &moved);
+    publish::session(state, "session.state_changed", &moved).await;
     Ok(Some(moved))
 }
 
@@ -73,8 +73,7 @@ pub async fn launch_spec(
             .await
             .map_err(|e| e.to_string())?,
     }
-    .ok_or("the session's agent profile no longer exists")?
-    .to_dto();
+    .ok_or("the session's agent profile no longer exists")?;
     let command = if profile.name == MOCK_PROFILE {
         state.runtime.config.mock_agent.clone()
     } else {
@@ -86,8 +85,8 @@ pub async fn launch_spec(
         .map_err(|e| format!("cannot create the agent workdir: {e}"))?;
     let spec = LaunchSpec {
         command,
-        args: profile.args,
-        env: profile.env,
+        args: profile.args_list(),
+        env: profile.env_values(),
         cwd: state.runtime.config.workdir.clone(),
         mcp_url: format!("{}/mcp", state.runtime.config.self_url),
         mcp_token: token,
@@ -107,6 +106,8 @@ pub async fn create_session(
     if prompt.trim().is_empty() {
         return Err(AppError::BadRequest("prompt must not be empty".into()));
     }
+    crate::model::limits::at_most("prompt", &prompt, crate::model::limits::PROMPT_CHARS)
+        .map_err(AppError::BadRequest)?;
     if state.repo.get_task(task_id).await?.is_none() {
         return Err(AppError::NotFound(format!("task {task_id}")));
     }
@@ -135,7 +136,7 @@ pub async fn create_session(
             state.clock.now(),
         )
         .await?;
-    publish::session(state, "session.created", &session);
+    publish::session(state, "session.created", &session).await;
     send_prompt(state, &session.id, prompt).await?;
     Ok(session)
 }
@@ -148,6 +149,8 @@ pub async fn send_prompt(
     if content.trim().is_empty() {
         return Err(AppError::BadRequest("content must not be empty".into()));
     }
+    crate::model::limits::at_most("content", &content, crate::model::limits::PROMPT_CHARS)
+        .map_err(AppError::BadRequest)?;
     let session = state
         .repo
         .get_session(session_id)
@@ -162,9 +165,7 @@ pub async fn send_prompt(
     let (reply, answer) = oneshot::channel();
     worker::handle(state, &session.id, &session.task_id)
         .send(Command::Prompt { content, reply })?;
-    answer
-        .await
-        .map_err(|_| AppError::Internal("the session worker stopped".into()))?
+    wait_for_worker(state, answer).await
 }
 
 pub async fn cancel(state: &AppState, session_id: &str) -> Result<(), AppError> {
@@ -174,4 +175,39 @@ pub async fn cancel(state: &AppState, session_id: &str) -> Result<(), AppError> 
         .await?
         .ok_or_else(|| AppError::NotFound(format!("session {session_id}")))?;
     worker::handle(state, &session.id, &session.task_id).send(Command::Cancel)
+}
+
+/// L18: relaunches the session's agent if needed and delivers an owed answer. Returns whether a
+/// resume began (false: nothing was owed, or a turn is still running and it follows that turn).
+pub async fn retry(state: &AppState, session_id: &str) -> Result<bool, AppError> {
+    let session = state
+        .repo
+        .get_session(session_id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("session {session_id}")))?;
+    if session.state.is_terminal() {
+        return Err(AppError::Conflict(format!(
+            "session {session_id} is {}",
+            session.state
+        )));
+    }
+    let (reply, answer) = oneshot::channel();
+    worker::handle(state, &session.id, &session.task_id).send(Command::Retry { reply })?;
+    wait_for_worker(state, answer).await
+}
+
+/// Waits for a worker's reply, bounded: a worker that is starting an agent answers within the
+/// handshake deadline.
+async fn wait_for_worker<T>(
+    state: &AppState,
+    answer: oneshot::Receiver<Result<T, AppError>>,
+) -> Result<T, AppError> {
+    let bound = state.runtime.config.agent_start_timeout + std::time::Duration::from_secs(10);
+    match tokio::time::timeout(bound, answer).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(AppError::Unavailable("the session worker stopped".into())),
+        Err(_) => Err(AppError::Unavailable(
+            "the session did not answer in time; try again".into(),
+        )),
+    }
 }

@@ -1,3 +1,4 @@
+use crate::model::limits::{self, at_most};
 use crate::model::{AppError, Task};
 use crate::server::repo::NewTask;
 use crate::server::state::AppState;
@@ -17,6 +18,9 @@ pub async fn create_task(state: &AppState, input: CreateTask) -> Result<Task, Ap
     if title.is_empty() {
         return Err(AppError::BadRequest("title must not be empty".into()));
     }
+    at_most("title", title, limits::TITLE_CHARS).map_err(AppError::BadRequest)?;
+    at_most("description", &input.description, limits::DESCRIPTION_CHARS)
+        .map_err(AppError::BadRequest)?;
     let workflow = match &input.workflow_id {
         Some(id) => state
             .repo
@@ -73,8 +77,11 @@ pub async fn update_task(state: &AppState, id: &str, input: UpdateTask) -> Resul
         .get_task(id)
         .await?
         .ok_or_else(|| AppError::NotFound(format!("task {id}")))?;
-    if input.title.as_deref().is_some_and(|t| t.trim().is_empty()) {
-        return Err(AppError::BadRequest("title must not be empty".into()));
+    if let Some(title) = &input.title {
+        if title.trim().is_empty() {
+            return Err(AppError::BadRequest("title must not be empty".into()));
+        }
+        at_most("title", title.trim(), limits::TITLE_CHARS).map_err(AppError::BadRequest)?;
     }
     if let Some(step) = &input.step_id {
         let workflow = state

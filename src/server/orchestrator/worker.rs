@@ -1,17 +1,26 @@
 //! One worker task per live session: it owns the agent connection, the prompt queue and the
-//! open turn, and turns agent events into transcript rows. Commands and agent events are
-//! handled one at a time, so a turn's updates are written before its completion.
+//! open turn, turns agent events into transcript rows, and delivers owed resumes (L17/L18).
+//! Commands and agent events are handled one at a time, so a turn's updates are written
+//! before its completion. Every channel is bounded; a full one is a clear error, not memory.
 
 use std::collections::VecDeque;
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
+use super::stream::{Chunk, StreamMerge};
 use super::{publish, sessions, workflow};
 use crate::model::{AppError, MessageAuthor, MessageKind, SessionState};
 use crate::server::agents::{self, AgentConnection, AgentEvent};
-use crate::server::repo::{NewMessage, NewPermissionRequest, NewTurn};
+use crate::server::repo::{NewMessage, NewPermissionRequest, NewTurn, RepoError};
 use crate::server::state::AppState;
+use crate::server::summary::projector;
+
+/// Prompts a session may queue behind its open turn.
+pub const MAX_QUEUED_PROMPTS: usize = 32;
+/// Commands a worker may have waiting.
+const COMMAND_BUFFER: usize = 64;
 
 /// What `POST /sessions/{id}/prompt` reports.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -27,111 +36,188 @@ pub enum Command {
         content: String,
         reply: oneshot::Sender<Result<PromptAccepted, AppError>>,
     },
-    /// L17: a resume prompt in the reserved turn; replies once it is accepted: dispatched to
-    /// the agent, or queued behind the open turn (dispatched when it ends). `Err` means it was
-    /// not accepted and nothing changed in the worker.
-    Resume {
-        resume: Resume,
-        reply: oneshot::Sender<Result<(), String>>,
+    /// An owed resume may be waiting (after an answer, at start-up): deliver it when idle.
+    DeliverOwed,
+    /// Relaunch the agent if needed and deliver what is owed; replies whether a resume began.
+    Retry {
+        reply: oneshot::Sender<Result<bool, AppError>>,
     },
     Cancel,
-    /// Stop the agent and the worker (the session is being deleted).
-    Shutdown,
+    /// Stop the agent if it is idle: another session needs its slot (`--max-agents`).
+    Release,
 }
 
-/// A detached answer on its way to the agent (L17/L19).
-#[derive(Clone, Debug)]
-pub struct Resume {
-    /// The reserved turn.
-    pub turn_id: String,
-    pub pending_id: String,
-    pub prompt: String,
+/// Why the worker could not do something.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    /// The agent could not be started or reached; the text is shown to the user.
+    #[error("{0}")]
+    Agent(String),
+}
+
+impl From<WorkerError> for AppError {
+    fn from(e: WorkerError) -> Self {
+        match e {
+            WorkerError::Repo(e) => e.into(),
+            WorkerError::Agent(reason) => AppError::Unavailable(reason),
+        }
+    }
 }
 
 #[derive(Clone)]
 pub struct SessionHandle {
-    tx: mpsc::UnboundedSender<Command>,
+    tx: mpsc::Sender<Command>,
+    stop: CancellationToken,
 }
 
 impl SessionHandle {
     pub fn send(&self, command: Command) -> Result<(), AppError> {
-        self.tx
-            .send(command)
-            .map_err(|_| AppError::Internal("the session worker has stopped".into()))
+        self.tx.try_send(command).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                AppError::Unavailable("the session is busy; try again in a moment".into())
+            }
+            mpsc::error::TrySendError::Closed(_) => {
+                AppError::Unavailable("the session worker has stopped".into())
+            }
+        })
+    }
+
+    fn is_alive(&self) -> bool {
+        !self.tx.is_closed() && !self.stop.is_cancelled()
     }
 }
 
 /// Stops the worker of `session_id` (and with it the agent process), if one runs.
 pub fn stop(state: &AppState, session_id: &str) {
-    if let Some(h) = state
+    let handle = state
         .runtime
         .workers
         .lock()
         .expect("workers lock")
-        .remove(session_id)
-    {
-        let _ = h.tx.send(Command::Shutdown);
+        .remove(session_id);
+    if let Some(h) = handle {
+        h.stop.cancel();
+    }
+}
+
+/// Stops every worker and its agent (server shutdown).
+pub fn stop_all(state: &AppState) {
+    let handles: Vec<SessionHandle> = state
+        .runtime
+        .workers
+        .lock()
+        .expect("workers lock")
+        .drain()
+        .map(|(_, h)| h)
+        .collect();
+    for h in handles {
+        h.stop.cancel();
+    }
+}
+
+/// Asks the worker of `session_id`, if it runs, to stop its idle agent.
+fn release(state: &AppState, session_id: &str) {
+    let handle = state
+        .runtime
+        .workers
+        .lock()
+        .expect("workers lock")
+        .get(session_id)
+        .cloned();
+    if let Some(h) = handle {
+        let _ = h.send(Command::Release);
+    }
+}
+
+/// Asks the session's worker (started if needed) to deliver what it owes.
+pub fn deliver_owed(state: &AppState, session_id: &str, task_id: &str) {
+    if let Err(e) = handle(state, session_id, task_id).send(Command::DeliverOwed) {
+        tracing::warn!(session_id, error = %e, "cannot wake the worker for an owed resume; the next prompt delivers it");
     }
 }
 
 /// The worker of `session_id`, started if needed.
 pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandle {
     let mut workers = state.runtime.workers.lock().expect("workers lock");
-    if let Some(h) = workers.get(session_id).filter(|h| !h.tx.is_closed()) {
+    if let Some(h) = workers.get(session_id).filter(|h| h.is_alive()) {
         return h.clone();
     }
-    let (tx, rx) = mpsc::unbounded_channel();
-    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::channel(COMMAND_BUFFER);
+    let stop = state.shutdown.child_token();
     let worker = Worker {
         state: state.clone(),
         session_id: session_id.to_string(),
         task_id: task_id.to_string(),
         agent: None,
-        events_tx,
+        events: None,
+        stop: stop.clone(),
         queue: VecDeque::new(),
-        resumes: VecDeque::new(),
         permissions: Vec::new(),
         open_turn: None,
-        text: None,
-        thought: None,
+        stream: StreamMerge::default(),
     };
-    tokio::spawn(worker.run(rx, events_rx));
-    let h = SessionHandle { tx };
+    tokio::spawn(worker.run(rx));
+    let h = SessionHandle { tx, stop };
     workers.insert(session_id.to_string(), h.clone());
     h
+}
+
+/// The running agent and the MCP token hash it was given.
+struct Agent {
+    connection: AgentConnection,
+    token_hash: String,
 }
 
 struct Worker {
     state: AppState,
     session_id: String,
     task_id: String,
-    agent: Option<AgentConnection>,
-    events_tx: mpsc::UnboundedSender<AgentEvent>,
+    agent: Option<Agent>,
+    events: Option<mpsc::Receiver<AgentEvent>>,
+    stop: CancellationToken,
     queue: VecDeque<String>,
-    /// Accepted resumes waiting for the open turn to end; they go before queued prompts.
-    resumes: VecDeque<Resume>,
     /// Permission requests of the open turn that may still wait for the human.
     permissions: Vec<String>,
     open_turn: Option<String>,
-    /// The agent reply being streamed: (message id, content so far).
-    text: Option<(String, String)>,
-    thought: Option<(String, String)>,
+    stream: StreamMerge,
+}
+
+async fn next_event(events: &mut Option<mpsc::Receiver<AgentEvent>>) -> Option<AgentEvent> {
+    match events {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Worker {
-    async fn run(
-        mut self,
-        mut commands: mpsc::UnboundedReceiver<Command>,
-        mut events: mpsc::UnboundedReceiver<AgentEvent>,
-    ) {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         loop {
             tokio::select! {
+                _ = self.stop.cancelled() => break,
                 command = commands.recv() => match command {
-                    Some(Command::Shutdown) | None => return,
+                    None => break,
                     Some(c) => self.on_command(c).await,
                 },
-                Some(event) = events.recv() => self.on_event(event).await,
+                event = next_event(&mut self.events) => match event {
+                    Some(e) => self.on_event(e).await,
+                    // The agent's channel closed without `Exited`: treat it as an exit.
+                    None => self.on_event(AgentEvent::Exited("agent connection closed".into())).await,
+                },
             }
+        }
+        self.stop_agent().await;
+        // Answer what is still queued so no caller waits forever.
+        commands.close();
+        while let Ok(command) = commands.try_recv() {
+            reply_stopped(command);
+        }
+    }
+
+    fn log(&self, what: &str, result: Result<impl Sized, impl std::fmt::Display>) {
+        if let Err(e) = result {
+            tracing::warn!(session_id = %self.session_id, error = %e, "{what}");
         }
     }
 
@@ -141,20 +227,34 @@ impl Worker {
                 let result = self.accept_prompt(content).await;
                 let _ = reply.send(result);
             }
-            Command::Resume { resume, reply } => {
-                if self.open_turn.is_some() {
-                    self.resumes.push_back(resume);
-                    let _ = reply.send(Ok(()));
-                } else {
-                    let _ = reply.send(self.dispatch_resume(resume).await);
+            Command::DeliverOwed => {
+                if self.open_turn.is_none() {
+                    let r = self.deliver_owed().await;
+                    self.log("delivering an owed resume failed", r);
                 }
             }
-            Command::Shutdown => {}
+            Command::Retry { reply } => {
+                let result = if self.open_turn.is_some() {
+                    Ok(false)
+                } else {
+                    self.deliver_owed().await.map_err(AppError::from)
+                };
+                let _ = reply.send(result);
+            }
             Command::Cancel => {
                 if let (Some(agent), Some(_)) = (&self.agent, &self.open_turn) {
-                    agent.cancel();
+                    agent.connection.cancel();
                     // ACP: after session/cancel, pending permission requests answer Cancelled.
                     self.cancel_permissions().await;
+                }
+            }
+            Command::Release => {
+                if self.open_turn.is_none() && self.agent.is_some() {
+                    tracing::info!(session_id = %self.session_id, "stopping an idle agent to make room");
+                    self.stop_agent().await;
+                } else if self.agent.is_some() {
+                    // Busy again since it was picked: it keeps its slot.
+                    self.state.runtime.agents.busy(&self.session_id);
                 }
             }
         }
@@ -173,20 +273,44 @@ impl Worker {
                 self.session_id, session.state
             )));
         }
-        if self.open_turn.is_some() {
-            self.queue.push_back(content);
-            return Ok(PromptAccepted {
-                queued: true,
-                turn_id: None,
-                queue_position: Some(self.queue.len()),
-            });
+        if self.open_turn.is_none() {
+            // L18: what is owed goes first; the prompt then waits behind the resume.
+            match self.deliver_owed().await {
+                Ok(false) => {
+                    let turn_id = self.start_turn(content).await?;
+                    return Ok(PromptAccepted {
+                        queued: false,
+                        turn_id: Some(turn_id),
+                        queue_position: None,
+                    });
+                }
+                Ok(true) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
-        let turn_id = self.start_turn(content).await?;
+        if self.queue.len() >= MAX_QUEUED_PROMPTS {
+            return Err(AppError::TooManyRequests(format!(
+                "{MAX_QUEUED_PROMPTS} prompts are already queued for this session"
+            )));
+        }
+        self.queue.push_back(content);
+        self.queue_changed().await;
         Ok(PromptAccepted {
-            queued: false,
-            turn_id: Some(turn_id),
-            queue_position: None,
+            queued: true,
+            turn_id: None,
+            queue_position: Some(self.queue.len()),
         })
+    }
+
+    /// P3: the task's summary shows how many prompts wait.
+    async fn queue_changed(&self) {
+        self.state
+            .runtime
+            .counters
+            .set_queued(&self.session_id, &self.task_id, self.queue.len());
+        let r =
+            projector::refresh_task(&self.state, &self.task_id, projector::Scope::Full, None).await;
+        self.log("refreshing the queued-prompt count failed", r);
     }
 
     /// A new turn with the user's message, then the prompt to the agent. A new turn
@@ -221,103 +345,174 @@ impl Worker {
         publish::turn(&self.state, "session.turn.started", &turn);
         publish::message(&self.state, "session.message.added", &message).await;
         self.open_turn = Some(turn.id.clone());
-        self.text = None;
-        self.thought = None;
-        if let Err(reason) = self.ensure_agent().await {
-            self.fail(&reason).await;
+        self.stream = StreamMerge::default();
+        if let Err(e) = self.ensure_agent().await {
+            self.fail(&e.to_string()).await;
             return Ok(turn.id);
         }
         sessions::set_state(&self.state, &self.session_id, SessionState::Running).await?;
         if let Some(agent) = &self.agent {
-            agent.prompt(content);
+            agent.connection.prompt(content);
         }
         Ok(turn.id)
     }
 
-    /// L19: attempted immediately before dispatch, published after; the answer is then final.
-    async fn dispatch_resume(&mut self, resume: Resume) -> Result<(), String> {
-        if let Err(reason) = self.ensure_agent().await {
-            let _ =
-                sessions::set_state(&self.state, &self.session_id, SessionState::WaitingForInput)
-                    .await;
-            return Err(reason);
-        }
-        if !self
+    /// L18: delivers the oldest owed resume, relaunching the agent if needed. `Ok(true)` when
+    /// a resume turn began; `Ok(false)` when nothing is owed (or another worker took it).
+    /// A failed launch leaves it owed: the session shows why and waits for a retry.
+    async fn deliver_owed(&mut self) -> Result<bool, WorkerError> {
+        let Some(owed) = self
             .state
             .repo
-            .mark_attempted(&resume.turn_id)
-            .await
-            .map_err(|e| e.to_string())?
+            .owed_resumes(&self.session_id)
+            .await?
+            .into_iter()
+            .next()
+        else {
+            return Ok(false);
+        };
+        let session = self.state.repo.get_session(&self.session_id).await?;
+        if session.is_none_or(|s| s.state.is_terminal()) {
+            return Ok(false);
+        }
+        let ready = match self
+            .state
+            .hooks
+            .check(crate::server::hooks::Point::Dispatch)
         {
-            return Err("the resume turn is no longer reserved".into());
+            Ok(()) => self.ensure_agent().await,
+            Err(e) => Err(WorkerError::Repo(e)),
+        };
+        if let Err(e) = ready {
+            let reason = format!(
+                "{e}\nYour answer is kept and will be sent when the agent starts: send a message \
+                 or retry."
+            );
+            self.system_error(&owed.id, reason.clone()).await;
+            self.record_error(&reason).await;
+            let r =
+                sessions::set_state(&self.state, &self.session_id, SessionState::WaitingForInput)
+                    .await;
+            self.log("cannot change the session state", r);
+            return Err(e);
         }
-        self.open_turn = Some(resume.turn_id.clone());
-        self.text = None;
-        self.thought = None;
+        let now = self.state.clock.now();
+        if !self.state.repo.dispatch_resume(&owed.id, now).await? {
+            return Ok(false);
+        }
+        // Delivered: from here the answer is the agent's (exactly once).
+        self.open_turn = Some(owed.id.clone());
+        self.stream = StreamMerge::default();
         if let Some(agent) = &self.agent {
-            agent.prompt(resume.prompt);
+            agent
+                .connection
+                .prompt(owed.resume_prompt.clone().unwrap_or_default());
         }
-        // Accepted: from here on nothing undoes the answer (L18).
-        if let Err(e) = self.state.repo.publish_turn(&resume.turn_id).await {
-            tracing::warn!(error = %e, "publishing the resume turn failed; start-up recovery keeps it");
-        }
-        if let Err(e) = self.state.repo.finalize_delivery(&resume.pending_id).await {
-            tracing::warn!(error = %e, "finalizing the delivery failed; start-up recovery clears it");
-        }
-        if let Ok(Some(turn)) = self.state.repo.get_turn(&resume.turn_id).await {
+        self.state.runtime.agents.busy(&self.session_id);
+        if let Ok(Some(turn)) = self.state.repo.get_turn(&owed.id).await {
             publish::turn(&self.state, "session.turn.started", &turn);
         }
-        let _ = sessions::set_state(&self.state, &self.session_id, SessionState::Running).await;
-        Ok(())
+        let r = sessions::set_state(&self.state, &self.session_id, SessionState::Running).await;
+        self.log("cannot change the session state", r);
+        Ok(true)
     }
 
-    /// L18 for a queued resume whose dispatch failed: the claim is undone and the question is
-    /// pending (and answerable) again.
-    async fn undo_resume(&self, resume: &Resume, reason: &str) {
-        tracing::warn!(session_id = %self.session_id, pending_id = %resume.pending_id, reason, "queued resume failed; restoring the question");
-        let _ = self.state.repo.delete_reservation(&resume.turn_id).await;
-        match self.state.repo.restore_bundle(&resume.pending_id).await {
-            Ok(true) => {
-                publish::bundles_by_id(
-                    &self.state,
-                    "clarification.restored",
-                    std::slice::from_ref(&resume.pending_id),
-                )
-                .await
-            }
-            Ok(false) => {}
-            Err(e) => {
-                tracing::error!(error = %e, "restoring the question failed; start-up recovery restores it")
-            }
-        }
-    }
-
-    async fn ensure_agent(&mut self) -> Result<(), String> {
+    async fn ensure_agent(&mut self) -> Result<(), WorkerError> {
         if self.agent.is_some() {
+            self.state.runtime.agents.busy(&self.session_id);
             return Ok(());
         }
         let session = self
             .state
             .repo
             .get_session(&self.session_id)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("the session is gone")?;
-        let _ = sessions::set_state(&self.state, &self.session_id, SessionState::Starting).await;
-        let (spec, token_hash) = sessions::launch_spec(&self.state, &session).await?;
-        self.state
-            .repo
-            .set_mcp_token_hash(&self.session_id, &token_hash)
-            .await
-            .map_err(|e| e.to_string())?;
-        let agent = agents::launch(spec, self.events_tx.clone()).await?;
-        let _ = self
+            .await?
+            .ok_or_else(|| WorkerError::Agent("the session is gone".into()))?;
+        if let Some(victim) = self
+            .state
+            .runtime
+            .agents
+            .admit(&self.session_id)
+            .map_err(WorkerError::Agent)?
+        {
+            release(&self.state, &victim);
+        }
+        let r = sessions::set_state(&self.state, &self.session_id, SessionState::Starting).await;
+        self.log("cannot change the session state", r);
+        let launched = match sessions::launch_spec(&self.state, &session).await {
+            Ok((spec, token_hash)) => {
+                self.state
+                    .repo
+                    .set_mcp_token_hash(&self.session_id, &token_hash)
+                    .await?;
+                let timeout = self.state.runtime.config.agent_start_timeout;
+                tokio::select! {
+                    r = agents::launch(spec, timeout) => r.map(|(c, rx)| (c, rx, token_hash)),
+                    _ = self.stop.cancelled() => Err("the session is stopping".to_string()),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match launched {
+            Ok((connection, events, token_hash)) => {
+                let r = self
+                    .state
+                    .repo
+                    .set_acp_session_id(&self.session_id, connection.acp_session_id())
+                    .await;
+                self.log("cannot store the ACP session id", r);
+                self.agent = Some(Agent {
+                    connection,
+                    token_hash,
+                });
+                self.events = Some(events);
+                Ok(())
+            }
+            Err(reason) => {
+                self.state.runtime.agents.leave(&self.session_id);
+                if let Ok(Some(s)) = self.state.repo.get_session(&self.session_id).await
+                    && let Some(hash) = s.mcp_token_hash
+                {
+                    let r = self
+                        .state
+                        .repo
+                        .revoke_mcp_token(&self.session_id, &hash)
+                        .await;
+                    self.log("cannot revoke the MCP token", r);
+                }
+                Err(WorkerError::Agent(reason))
+            }
+        }
+    }
+
+    /// Drops the agent: its process group is killed, its MCP token revoked, its slot freed and
+    /// its waiting permission requests cancelled (N6).
+    async fn stop_agent(&mut self) {
+        self.events = None;
+        if let Some(agent) = self.agent.take() {
+            drop(agent.connection);
+            let r = self
+                .state
+                .repo
+                .revoke_mcp_token(&self.session_id, &agent.token_hash)
+                .await;
+            self.log("cannot revoke the MCP token", r);
+        }
+        self.state.runtime.agents.leave(&self.session_id);
+        self.cancel_permissions().await;
+        let r = self
             .state
             .repo
-            .set_acp_session_id(&self.session_id, agent.acp_session_id())
+            .cancel_permissions(Some(&self.session_id), self.state.clock.now())
             .await;
-        self.agent = Some(agent);
-        Ok(())
+        match r {
+            Ok(cancelled) => {
+                for p in cancelled {
+                    publish::permission_resolved(&self.state, &p);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot cancel permission requests"),
+        }
     }
 
     async fn on_event(&mut self, event: AgentEvent) {
@@ -325,8 +520,7 @@ impl Worker {
             AgentEvent::Text(chunk) => self.stream(MessageKind::Text, chunk).await,
             AgentEvent::Thought(chunk) => self.stream(MessageKind::Thinking, chunk).await,
             AgentEvent::ToolCall { title, .. } => {
-                self.text = None;
-                self.thought = None;
+                self.stream.break_here();
                 self.append(MessageAuthor::Agent, MessageKind::ToolCall, title, None)
                     .await
                     .map(|_| ())
@@ -337,7 +531,7 @@ impl Worker {
                 Ok(())
             }
             AgentEvent::Exited(reason) => {
-                if self.agent.take().is_some() {
+                if self.agent.is_some() {
                     self.fail(&reason).await;
                 }
                 Ok(())
@@ -380,56 +574,38 @@ impl Worker {
 
     /// Coalesces streamed chunks into one message per reply.
     async fn stream(&mut self, kind: MessageKind, chunk: String) -> Result<(), AppError> {
-        // A reply ends where another row entered the transcript (a question, a permission).
-        let open = if kind == MessageKind::Thinking {
-            &self.thought
-        } else {
-            &self.text
-        };
-        if let Some((id, _)) = open
-            && !self
-                .state
-                .repo
-                .list_messages(&self.session_id, Some(id), 1)
-                .await?
-                .is_empty()
-        {
-            self.text = None;
-            self.thought = None;
-        }
-        let slot = if kind == MessageKind::Thinking {
-            &mut self.thought
-        } else {
-            &mut self.text
-        };
-        if let Some((id, content)) = slot.as_mut() {
-            content.push_str(&chunk);
-            if let Some(m) = self
-                .state
-                .repo
-                .update_message_content(id, content, self.state.clock.now())
-                .await?
-            {
-                publish::message(&self.state, "session.message.updated", &m).await;
+        let mark = self.state.runtime.counters.foreign_rows(&self.session_id);
+        match self.stream.push(kind, &chunk, mark) {
+            Chunk::Extend { id, content } => {
+                if let Some(m) = self
+                    .state
+                    .repo
+                    .update_message_content(&id, &content, self.state.clock.now())
+                    .await?
+                {
+                    publish::message(&self.state, "session.message.updated", &m).await;
+                }
             }
-            return Ok(());
-        }
-        if let Some(id) = self
-            .append(MessageAuthor::Agent, kind, chunk.clone(), None)
-            .await?
-        {
-            let slot = if kind == MessageKind::Thinking {
-                &mut self.thought
-            } else {
-                &mut self.text
-            };
-            *slot = Some((id, chunk));
+            Chunk::New(content) => {
+                if let Some(id) = self
+                    .append(MessageAuthor::Agent, kind, content.clone(), None)
+                    .await?
+                {
+                    self.stream.opened(kind, id, content, mark);
+                }
+            }
         }
         Ok(())
     }
 
     async fn permission(&mut self, ask: agents::PermissionAsk) -> Result<(), AppError> {
-        let Some(turn_id) = self.open_turn.clone() else {
+        let current = self.state.repo.current_turn_id(&self.session_id).await?;
+        let Some(turn_id) = self
+            .open_turn
+            .clone()
+            .filter(|t| Some(t) == current.as_ref())
+        else {
+            // No open turn, or a newer (owed) turn superseded it: nobody can answer (N6).
             let _ = ask.reply.send(None);
             return Ok(());
         };
@@ -452,7 +628,7 @@ impl Worker {
             .await?;
         self.state.runtime.permissions.put(&request.id, ask.reply);
         self.permissions.push(request.id.clone());
-        self.text = None;
+        self.stream.break_here();
         self.append(
             MessageAuthor::Agent,
             MessageKind::PermissionRequest,
@@ -460,14 +636,7 @@ impl Worker {
             Some(request.id.clone()),
         )
         .await?;
-        self.state.hub.publish(
-            crate::server::events::Event::new(
-                "permission.requested",
-                serde_json::json!({ "permission_id": request.id, "session_id": self.session_id }),
-            )
-            .for_task(self.task_id.clone())
-            .for_session(self.session_id.clone()),
-        );
+        publish::permission_requested(&self.state, &request);
         Ok(())
     }
 
@@ -492,24 +661,31 @@ impl Worker {
         }
     }
 
+    /// P3: the task's summary shows the last failure (`None` clears it).
+    async fn record_error(&self, message: &str) {
+        let r = projector::record_last_error(&self.state, &self.task_id, Some(message)).await;
+        self.log("cannot record the last error", r);
+    }
+
     /// Answers every still-waiting permission request of the open turn with Cancelled.
     async fn cancel_permissions(&mut self) {
         for id in std::mem::take(&mut self.permissions) {
             if let Some(reply) = self.state.runtime.permissions.take(&id) {
                 let _ = reply.send(None);
-                let _ = self
+                match self
                     .state
                     .repo
                     .resolve_permission_request(&id, "cancelled", None, self.state.clock.now())
-                    .await;
-                self.state.hub.publish(
-                    crate::server::events::Event::new(
-                        "permission.resolved",
-                        serde_json::json!({ "permission_id": id, "status": "cancelled" }),
-                    )
-                    .for_task(self.task_id.clone())
-                    .for_session(self.session_id.clone()),
-                );
+                    .await
+                {
+                    Ok(true) => {
+                        if let Ok(Some(p)) = self.state.repo.get_permission_request(&id).await {
+                            publish::permission_resolved(&self.state, &p);
+                        }
+                    }
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "cannot cancel a permission request"),
+                }
             }
         }
     }
@@ -518,9 +694,8 @@ impl Worker {
         let Some(turn_id) = self.open_turn.take() else {
             return;
         };
-        // A finished turn leaves no permission request waiting.
+        // A finished turn leaves no permission request waiting (N6).
         self.cancel_permissions().await;
-        let now = self.state.clock.now();
         if let Err(failure) = &result {
             if failure.connection_lost {
                 // The agent is gone: `Exited` follows and fails the session with the reason.
@@ -533,62 +708,110 @@ impl Worker {
             )
             .await;
         }
-        // L9/L10: completing this turn detaches only its own waiting bundles.
-        match self.state.repo.complete_turn(&turn_id, now).await {
-            Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "cannot complete turn"),
+        self.complete_turn(&turn_id).await;
+        self.state.runtime.agents.idle(&self.session_id);
+        match self.deliver_owed().await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(session_id = %self.session_id, error = %e, "owed resume not delivered");
+                return;
+            }
         }
-        match self.state.repo.detach_turn(&turn_id).await {
+        if let Some(next) = self.queue.pop_front() {
+            self.queue_changed().await;
+            if let Err(e) = self.start_turn(next).await {
+                tracing::error!(error = %e, "cannot start the queued prompt");
+            }
+        } else {
+            let r =
+                sessions::set_state(&self.state, &self.session_id, SessionState::WaitingForInput)
+                    .await;
+            self.log("cannot change the session state", r);
+        }
+    }
+
+    /// Completes the turn (L9/L10: detaching only its own waiting bundles) and runs or
+    /// defers its step action (N3) — only if this call completed it.
+    async fn complete_turn(&self, turn_id: &str) {
+        let now = self.state.clock.now();
+        let completed = match self.state.repo.complete_turn(turn_id, now).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot complete turn");
+                false
+            }
+        };
+        match self.state.repo.detach_turn(turn_id).await {
             Ok(detached) => {
                 publish::bundles_by_id(&self.state, "clarification.detached", &detached).await
             }
             Err(e) => tracing::error!(error = %e, "cannot detach the turn's bundles"),
         }
-        if let Ok(Some(turn)) = self.state.repo.get_turn(&turn_id).await {
+        if let Ok(Some(turn)) = self.state.repo.get_turn(turn_id).await {
             publish::turn(&self.state, "session.turn.completed", &turn);
         }
-        workflow::on_turn_complete(&self.state, &self.session_id, &self.task_id).await;
-        while let Some(resume) = self.resumes.pop_front() {
-            match self.dispatch_resume(resume.clone()).await {
-                Ok(()) => return,
-                Err(reason) => self.undo_resume(&resume, &reason).await,
-            }
-        }
-        if let Some(next) = self.queue.pop_front() {
-            if let Err(e) = self.start_turn(next).await {
-                tracing::error!(error = %e, "cannot start the queued prompt");
-            }
-        } else {
-            let _ =
-                sessions::set_state(&self.state, &self.session_id, SessionState::WaitingForInput)
-                    .await;
+        if completed {
+            workflow::turn_completed(&self.state, &self.session_id, &self.task_id, turn_id).await;
         }
     }
 
-    /// The agent crashed or could not start: the session fails with the reason shown (L11
-    /// expires its questions).
+    /// The agent crashed or could not start: the reason is shown and the session fails (L11
+    /// expires its questions) — unless an answer is owed to it (L18): then the session waits
+    /// and the next launch delivers the answer.
     async fn fail(&mut self, reason: &str) {
         tracing::warn!(session_id = %self.session_id, reason, "agent failed");
-        self.agent = None;
-        let turn = match self.open_turn.take() {
-            Some(t) => Some(t),
-            None => self
-                .state
-                .repo
-                .current_turn_id(&self.session_id)
-                .await
-                .ok()
-                .flatten(),
+        self.stop_agent().await;
+        let owed = self
+            .state
+            .repo
+            .owed_resumes(&self.session_id)
+            .await
+            .map(|o| !o.is_empty())
+            .unwrap_or(true);
+        let shown = if owed {
+            format!(
+                "{reason}\nYour answer is kept and will be sent when the agent starts again: send \
+                 a message or retry."
+            )
+        } else {
+            reason.to_string()
         };
-        if let Some(turn_id) = turn {
-            self.system_error(&turn_id, reason.to_string()).await;
-            let _ = self
-                .state
-                .repo
-                .complete_turn(&turn_id, self.state.clock.now())
-                .await;
+        match self.open_turn.take() {
+            Some(turn_id) => {
+                self.system_error(&turn_id, shown.clone()).await;
+                self.complete_turn(&turn_id).await;
+            }
+            // Idle: the reason goes into the current turn, which stays as it is.
+            None => {
+                if let Ok(Some(turn_id)) = self.state.repo.current_turn_id(&self.session_id).await {
+                    self.system_error(&turn_id, shown.clone()).await;
+                }
+            }
         }
         self.queue.clear();
-        let _ = sessions::set_state(&self.state, &self.session_id, SessionState::Failed).await;
+        self.queue_changed().await;
+        self.record_error(&shown).await;
+        let to = if owed {
+            SessionState::WaitingForInput
+        } else {
+            SessionState::Failed
+        };
+        let r = sessions::set_state(&self.state, &self.session_id, to).await;
+        self.log("cannot change the session state", r);
+    }
+}
+
+/// Answers a command that arrived after the worker stopped.
+fn reply_stopped(command: Command) {
+    let stopped = || AppError::Unavailable("the session worker has stopped".into());
+    match command {
+        Command::Prompt { reply, .. } => {
+            let _ = reply.send(Err(stopped()));
+        }
+        Command::Retry { reply } => {
+            let _ = reply.send(Err(stopped()));
+        }
+        Command::DeliverOwed | Command::Cancel | Command::Release => {}
     }
 }

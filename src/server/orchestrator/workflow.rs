@@ -2,27 +2,101 @@
 //! active bundle; a repository error counts as active (fail closed).
 
 use super::publish;
-use crate::server::repo::TaskPatch;
+use crate::model::limits::{self, at_most};
+use crate::model::{AppError, Workflow};
+use crate::server::repo::{NewWorkflow, NewWorkflowStep};
 use crate::server::state::AppState;
 
 pub const MOVE_TO_NEXT: &str = "move_to_next";
 
-/// Runs the task's step action after a turn of `session_id` completed (or after a detached
-/// rejection released the barrier, L16). Returns true when the task moved.
-pub async fn on_turn_complete(state: &AppState, session_id: &str, task_id: &str) -> bool {
-    match state.repo.active_bundles(session_id).await {
-        Ok(active) if active.is_empty() => {}
-        Ok(_) => {
-            tracing::debug!(
-                session_id,
-                "workflow action deferred: the session has an active question (N3)"
-            );
-            return false;
+pub struct CreateStep {
+    pub name: String,
+    pub on_turn_complete: Option<String>,
+}
+
+/// `POST /workflows`: validated before the write.
+pub async fn create_workflow(
+    state: &AppState,
+    name: String,
+    steps: Vec<CreateStep>,
+) -> Result<Workflow, AppError> {
+    let bad = AppError::BadRequest;
+    if name.trim().is_empty() {
+        return Err(bad("a workflow needs a name".into()));
+    }
+    at_most("name", &name, limits::NAME_CHARS).map_err(bad)?;
+    if steps.is_empty() || steps.len() > limits::WORKFLOW_STEPS {
+        return Err(bad(format!(
+            "a workflow has 1–{} steps, got {}",
+            limits::WORKFLOW_STEPS,
+            steps.len()
+        )));
+    }
+    for (i, s) in steps.iter().enumerate() {
+        if s.name.trim().is_empty() {
+            return Err(bad("every step needs a name".into()));
         }
+        at_most(&format!("steps[{i}].name"), &s.name, limits::NAME_CHARS).map_err(bad)?;
+        if let Some(a) = s.on_turn_complete.as_deref().filter(|a| *a != MOVE_TO_NEXT) {
+            return Err(bad(format!(
+                "unknown on_turn_complete {a:?} (expected \"{MOVE_TO_NEXT}\" or null)"
+            )));
+        }
+    }
+    let new = NewWorkflow {
+        name,
+        is_default: false,
+        steps: steps
+            .into_iter()
+            .map(|s| NewWorkflowStep {
+                name: s.name,
+                on_turn_complete: s.on_turn_complete,
+            })
+            .collect(),
+    };
+    Ok(state
+        .repo
+        .create_workflow(&new, state.clock.now())
+        .await?
+        .to_dto())
+}
+
+pub async fn list_workflows(state: &AppState) -> Result<Vec<Workflow>, AppError> {
+    Ok(state
+        .repo
+        .list_workflows()
+        .await?
+        .iter()
+        .map(|w| w.to_dto())
+        .collect())
+}
+
+/// N3: a turn of `session_id` completed (each completion calls this once). Runs the step's
+/// `on_turn_complete` now, or — while the session has an active question, or when that cannot
+/// be read (fail closed) — records it as deferred on the turn. Returns true when the task moved.
+pub async fn turn_completed(
+    state: &AppState,
+    session_id: &str,
+    task_id: &str,
+    turn_id: &str,
+) -> bool {
+    let free = match state.repo.active_bundles(session_id).await {
+        Ok(active) => active.is_empty(),
         Err(e) => {
-            tracing::warn!(session_id, error = %e, "workflow action skipped: authority unavailable (N3 fails closed)");
-            return false;
+            tracing::warn!(session_id, error = %e, "workflow action deferred: authority unavailable (N3 fails closed)");
+            false
         }
+    };
+    if !free {
+        tracing::debug!(
+            session_id,
+            turn_id,
+            "workflow action deferred: the session has an active question (N3)"
+        );
+        if let Err(e) = state.repo.defer_workflow(turn_id).await {
+            tracing::warn!(turn_id, error = %e, "cannot record the deferred workflow action");
+        }
+        return false;
     }
     match advance(state, task_id).await {
         Ok(moved) => moved,
@@ -33,6 +107,27 @@ pub async fn on_turn_complete(state: &AppState, session_id: &str, task_id: &str)
     }
 }
 
+/// N3/L16: a detached rejection freed the barrier of `turn_id`. Runs the action that turn's
+/// completion deferred — at most once (it is taken by compare-and-set). A rejection while the
+/// turn is still open finds nothing deferred: the turn's own completion runs it.
+pub async fn barrier_released(
+    state: &AppState,
+    session_id: &str,
+    task_id: &str,
+    turn_id: &str,
+) -> bool {
+    match state.repo.take_deferred_workflow(turn_id).await {
+        Ok(true) => turn_completed(state, session_id, task_id, turn_id).await,
+        Ok(false) => false,
+        Err(e) => {
+            tracing::warn!(turn_id, error = %e, "cannot take the deferred workflow action");
+            false
+        }
+    }
+}
+
+/// Moves the task to the next step if its step says so: a compare-and-set from the step it
+/// was in, so two completions racing cannot move it twice.
 async fn advance(state: &AppState, task_id: &str) -> Result<bool, crate::server::repo::RepoError> {
     let Some(task) = state.repo.get_task(task_id).await? else {
         return Ok(false);
@@ -58,14 +153,12 @@ async fn advance(state: &AppState, task_id: &str) -> Result<bool, crate::server:
     let Some(next) = workflow.steps.get(pos + 1) else {
         return Ok(false);
     };
-    let patch = TaskPatch {
-        step_id: Some(next.id.clone()),
-        ..Default::default()
-    };
-    state
+    let moved = state
         .repo
-        .update_task(task_id, &patch, state.clock.now())
+        .move_task_step(task_id, step_id, &next.id, state.clock.now())
         .await?;
-    publish::task_updated(state, task_id);
-    Ok(true)
+    if moved {
+        publish::task_updated(state, task_id);
+    }
+    Ok(moved)
 }

@@ -58,6 +58,7 @@ pub struct AuthoritySql {
     pub expire_session: String,
     pub claim_bundle: String,
     pub restore_bundle: String,
+    pub ask_turn: String,
 }
 
 impl AuthoritySql {
@@ -157,6 +158,15 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
                  delivery_pending = TRUE \
              WHERE pending_id = $1 AND {active_table} \
              RETURNING {BUNDLE_COLUMNS}"
+        ),
+        // L6: an agent asks in the current turn only while it is open and is not an owed
+        // resume (an answer the user already gave comes next; the agent's turn is over).
+        ask_turn: format!(
+            "SELECT t.id FROM turns t \
+             WHERE t.id = {} AND t.completed_at IS NULL AND t.reservation = 'none' \
+               AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = t.session_id \
+                           AND s.state NOT IN {TERMINAL_STATES})",
+            current_turn_of("$1")
         ),
         // L18: only an undelivered claim whose turn is still current goes back to pending.
         restore_bundle: format!(

@@ -34,9 +34,25 @@ pub enum RepoError {
     Invalid(String),
     #[error("not found: {0}")]
     NotFound(String),
+    /// A failure a test injected at a named point (`server::hooks`).
+    #[error("injected failure at {0}")]
+    Injected(&'static str),
 }
 
 pub type RepoResult<T> = Result<T, RepoError>;
+
+/// Repository failures on the wire: bad input and missing rows keep their message; anything
+/// else is logged with the request id and answered with a generic message (never raw database
+/// text).
+impl From<RepoError> for crate::model::AppError {
+    fn from(e: RepoError) -> Self {
+        match e {
+            RepoError::Invalid(m) => crate::model::AppError::BadRequest(m),
+            RepoError::NotFound(m) => crate::model::AppError::NotFound(m),
+            other => crate::server::telemetry::internal(&other),
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -141,6 +157,28 @@ pub struct NewBundle {
     pub message_content: String,
 }
 
+/// L6/L7: an agent's question, written into the session's current turn only if that turn is
+/// open and not an owed resume, together with its questions, its transcript row and the
+/// session's move to `waiting_for_input` (one transaction).
+#[derive(Clone, Debug)]
+pub struct NewAsk {
+    pub pending_id: String,
+    pub session_id: String,
+    pub context: Option<String>,
+    pub dedup_key: String,
+    pub questions: Vec<Question>,
+    pub message_content: String,
+}
+
+/// What an accepted ask wrote.
+#[derive(Clone, Debug)]
+pub struct AskWritten {
+    pub bundle: BundleRecord,
+    pub message: MessageRecord,
+    /// The session after its move to `waiting_for_input` (L7).
+    pub session: SessionRecord,
+}
+
 #[derive(Clone, Debug)]
 pub struct NewPermissionRequest {
     pub session_id: String,
@@ -229,10 +267,11 @@ pub trait Repository: Send + Sync + 'static {
     async fn get_session(&self, id: &str) -> RepoResult<Option<SessionRecord>>;
     /// Newest first.
     async fn list_sessions(&self, task_id: &str) -> RepoResult<Vec<SessionRecord>>;
-    /// Moves a non-terminal session to `state`; a terminal session never moves again (returns
-    /// `None`). Stamps `started_at` on the first start and `completed_at` on a terminal state.
     /// Every session of the given tasks, newest first within a task.
     async fn sessions_for_tasks(&self, task_ids: &[String]) -> RepoResult<Vec<SessionRecord>>;
+    /// Moves a non-terminal session to `state`; a terminal session never moves again (returns
+    /// `None`). Stamps `started_at` on the first start and `completed_at` on a terminal state;
+    /// a terminal state revokes the MCP token.
     async fn set_session_state(
         &self,
         id: &str,
@@ -246,7 +285,7 @@ pub trait Repository: Send + Sync + 'static {
     async fn set_mcp_token_hash(&self, id: &str, hash: &str) -> RepoResult<bool>;
     /// Sessions in any of `states`, oldest first (start-up recovery).
     async fn sessions_in_states(&self, states: &[SessionState]) -> RepoResult<Vec<SessionRecord>>;
-    /// Completes every open turn of the session; returns their ids.
+    /// Completes every open turn of the session except owed resumes; returns their ids.
     async fn complete_open_turns(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>>;
 
     // -- turns and messages --
@@ -363,4 +402,50 @@ pub trait Repository: Send + Sync + 'static {
     async fn bundles_pending_delivery(&self) -> RepoResult<Vec<BundleRecord>>;
     /// Deletes a reservation that was never attempted nor referenced (L18/L19).
     async fn delete_reservation(&self, turn_id: &str) -> RepoResult<bool>;
+
+    // -- the owed-resume outbox (L17/L18) --
+    /// L6/L7 in one transaction; `None` when the session's current turn is closed, an owed
+    /// resume, or the session is terminal (the agent's turn was superseded: nothing written).
+    async fn ask_in_current_turn(&self, new: &NewAsk, at: Micros)
+    -> RepoResult<Option<AskWritten>>;
+    /// L18 acceptance: the answered bundle's resume becomes owed (a turn marked attempted with
+    /// its prompt) and its delivery marker is cleared, in one transaction. `None` when the
+    /// session is terminal, the bundle is not answered, or a resume is already owed for it.
+    async fn owe_resume(
+        &self,
+        pending_id: &str,
+        prompt: &str,
+        at: Micros,
+    ) -> RepoResult<Option<TurnRecord>>;
+    /// Owed resumes of the session, oldest first.
+    async fn owed_resumes(&self, session_id: &str) -> RepoResult<Vec<TurnRecord>>;
+    /// Every non-terminal session with an owed resume (start-up delivers them).
+    async fn sessions_with_owed_resumes(&self) -> RepoResult<Vec<SessionRecord>>;
+    /// Hands an owed resume to the agent: one compare-and-set (exactly once), only in a
+    /// non-terminal session; `started_at` becomes `at`, so the running resume is current (L1).
+    async fn dispatch_resume(&self, turn_id: &str, at: Micros) -> RepoResult<bool>;
+
+    // -- workflow (N3) --
+    /// The completion of `turn_id` found an active question: its step action waits.
+    async fn defer_workflow(&self, turn_id: &str) -> RepoResult<bool>;
+    /// Takes the deferred step action of `turn_id` (compare-and-set: at most once).
+    async fn take_deferred_workflow(&self, turn_id: &str) -> RepoResult<bool>;
+    /// Moves the task from step `from` to step `to`; false when it is no longer on `from`.
+    async fn move_task_step(
+        &self,
+        task_id: &str,
+        from: &str,
+        to: &str,
+        at: Micros,
+    ) -> RepoResult<bool>;
+
+    // -- agent lifetime (N6, MCP tokens) --
+    /// Cancels pending permission requests (of one session, or all); returns what changed.
+    async fn cancel_permissions(
+        &self,
+        session_id: Option<&str>,
+        at: Micros,
+    ) -> RepoResult<Vec<PermissionRecord>>;
+    /// Revokes the session's MCP token if it is still `hash` (the agent that held it ended).
+    async fn revoke_mcp_token(&self, session_id: &str, hash: &str) -> RepoResult<bool>;
 }

@@ -2,8 +2,8 @@
 
 use crate::model::{
     AgentProfile, Bundle, BundleStatus, Message, MessageAuthor, MessageKind, PendingAction,
-    PendingActionRevision, Question, Response, Session, SessionState, Summary, SummaryBody, Turn,
-    Workflow, WorkflowStep,
+    PendingActionRevision, Permission, PermissionOption, Question, Response, Session, SessionState,
+    Summary, SummaryBody, Turn, Workflow, WorkflowStep,
 };
 use crate::server::time::{Micros, format_micros};
 
@@ -63,14 +63,24 @@ pub struct AgentProfileRecord {
 }
 
 impl AgentProfileRecord {
+    /// For clients: env names, never values.
     pub fn to_dto(&self) -> AgentProfile {
         AgentProfile {
             id: self.id.clone(),
             name: self.name.clone(),
             command: self.command.clone(),
-            args: serde_json::from_str(&self.args).unwrap_or_default(),
-            env: serde_json::from_str(&self.env).unwrap_or_default(),
+            args: self.args_list(),
+            env: self.env_values().into_keys().collect(),
         }
+    }
+
+    pub fn args_list(&self) -> Vec<String> {
+        serde_json::from_str(&self.args).unwrap_or_default()
+    }
+
+    /// The environment the profile sets for its agent process (server-side only).
+    pub fn env_values(&self) -> std::collections::BTreeMap<String, String> {
+        serde_json::from_str(&self.env).unwrap_or_default()
     }
 }
 
@@ -135,9 +145,20 @@ pub struct TurnRecord {
     pub started_at: Micros,
     pub completed_at: Option<Micros>,
     pub created_at: Micros,
-    /// `none` | `reserved` | `attempted` (L19).
+    /// `none` | `reserved` | `attempted` (L19). `attempted` = an owed resume (L18).
     pub reservation: String,
     pub resume_pending_id: Option<String>,
+    /// The prompt an owed resume delivers.
+    pub resume_prompt: Option<String>,
+    /// N3: the completion found an active question; the step action waits for the barrier.
+    pub workflow_deferred: bool,
+}
+
+impl TurnRecord {
+    /// L18: accepted and not yet handed to the agent.
+    pub fn is_owed(&self) -> bool {
+        self.reservation == "attempted"
+    }
 }
 
 impl TurnRecord {
@@ -259,6 +280,37 @@ pub struct PermissionRecord {
     pub outcome: Option<String>,
     pub created_at: Micros,
     pub resolved_at: Option<Micros>,
+}
+
+impl PermissionRecord {
+    pub fn to_dto(&self) -> Permission {
+        let tool_call: serde_json::Value =
+            serde_json::from_str(&self.tool_call).unwrap_or_default();
+        let options: Vec<serde_json::Value> =
+            serde_json::from_str(&self.options).unwrap_or_default();
+        let text = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or_default().to_string();
+        Permission {
+            id: self.id.clone(),
+            session_id: self.session_id.clone(),
+            task_id: self.task_id.clone(),
+            turn_id: self.turn_id.clone(),
+            title: tool_call["title"]
+                .as_str()
+                .unwrap_or("a tool call")
+                .to_string(),
+            options: options
+                .iter()
+                .map(|o| PermissionOption {
+                    id: text(o, "id"),
+                    label: text(o, "name"),
+                    kind: text(o, "kind"),
+                })
+                .collect(),
+            status: self.status.clone(),
+            option_id: self.outcome.clone(),
+            created_at: format_micros(self.created_at),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -17,8 +17,8 @@ pub(super) const TASK_SELECT: &str = "SELECT t.id, t.title, t.description, t.sta
 pub(super) const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, name, state, is_primary, \
     mcp_token_hash, acp_session_id, started_at, completed_at, created_at";
 
-pub(super) const TURN_COLUMNS: &str =
-    "id, session_id, task_id, started_at, completed_at, created_at, reservation, resume_pending_id";
+pub(super) const TURN_COLUMNS: &str = "id, session_id, task_id, started_at, completed_at, \
+    created_at, reservation, resume_pending_id, resume_prompt, workflow_deferred";
 
 pub(super) const MESSAGE_COLUMNS: &str = "id, session_id, task_id, turn_id, author, kind, content, \
     pending_id, created_at, updated_at";
@@ -106,6 +106,51 @@ macro_rules! impl_repository {
             async fn stored_bundle(&self, record: BundleRecord, active: bool) -> RepoResult<StoredBundle> {
                 let questions = self.load_questions(&record.pending_id).await?;
                 Ok(StoredBundle { record, questions, active })
+            }
+
+            async fn insert_questions(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                pending_id: &str,
+                questions: &[crate::model::Question],
+            ) -> RepoResult<()> {
+                for (position, q) in questions.iter().enumerate() {
+                    sqlx::query::<$db>(
+                        "INSERT INTO clarification_questions (pending_id, position, question_id, title, prompt, options) \
+                         VALUES ($1, $2, $3, $4, $5, $6)",
+                    )
+                    .bind(pending_id)
+                    .bind(position as i64)
+                    .bind(&q.id)
+                    .bind(&q.title)
+                    .bind(&q.prompt)
+                    .bind(json(&q.options))
+                    .execute(&mut **tx)
+                    .await?;
+                }
+                Ok(())
+            }
+
+            /// L6: the bundle's one transcript row, in the bundle's turn.
+            async fn insert_question_message(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                bundle: &BundleRecord,
+                content: &str,
+                at: Micros,
+            ) -> RepoResult<MessageRecord> {
+                Ok(sqlx::query_as::<$db, MessageRecord>(stmt!(
+                    "INSERT INTO messages ({MESSAGE_COLUMNS}) \
+                     VALUES ($1, $2, $3, $4, 'agent', 'clarification_request', $5, $6, $7, $7) \
+                     RETURNING {MESSAGE_COLUMNS}"
+                ))
+                .bind(new_id())
+                .bind(&bundle.session_id)
+                .bind(&bundle.task_id)
+                .bind(&bundle.turn_id)
+                .bind(content)
+                .bind(&bundle.pending_id)
+                .bind(at)
+                .fetch_one(&mut **tx)
+                .await?)
             }
 
             async fn fetch_summary(&self, task_id: &str) -> RepoResult<Option<StoredSummary>> {
@@ -378,7 +423,8 @@ macro_rules! impl_repository {
                 Ok(sqlx::query_as::<$db, SessionRecord>(stmt!(
                     "UPDATE sessions SET state = $2, \
                      started_at = CASE WHEN $3 AND started_at IS NULL THEN $5 ELSE started_at END, \
-                     completed_at = CASE WHEN $4 THEN $5 ELSE completed_at END \
+                     completed_at = CASE WHEN $4 THEN $5 ELSE completed_at END, \
+                     mcp_token_hash = CASE WHEN $4 THEN NULL ELSE mcp_token_hash END \
                      WHERE id = $1 AND state NOT IN ('completed', 'failed', 'cancelled') \
                      RETURNING {SESSION_COLUMNS}"
                 ))
@@ -451,7 +497,8 @@ macro_rules! impl_repository {
 
             async fn complete_open_turns(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>> {
                 Ok(sqlx::query_scalar::<$db, String>(
-                    "UPDATE turns SET completed_at = $2 WHERE session_id = $1 AND completed_at IS NULL RETURNING id",
+                    "UPDATE turns SET completed_at = $2 \
+                     WHERE session_id = $1 AND completed_at IS NULL AND reservation <> 'attempted' RETURNING id",
                 )
                 .bind(session_id)
                 .bind(at)
@@ -578,34 +625,8 @@ macro_rules! impl_repository {
                 .fetch_optional(&mut *tx)
                 .await?
                 .ok_or_else(|| RepoError::NotFound(format!("turn {} of session {}", new.turn_id, new.session_id)))?;
-                for (position, q) in new.questions.iter().enumerate() {
-                    sqlx::query::<$db>(
-                        "INSERT INTO clarification_questions (pending_id, position, question_id, title, prompt, options) \
-                         VALUES ($1, $2, $3, $4, $5, $6)",
-                    )
-                    .bind(&pending_id)
-                    .bind(position as i64)
-                    .bind(&q.id)
-                    .bind(&q.title)
-                    .bind(&q.prompt)
-                    .bind(json(&q.options))
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                let message = sqlx::query_as::<$db, MessageRecord>(stmt!(
-                    "INSERT INTO messages ({MESSAGE_COLUMNS}) \
-                     VALUES ($1, $2, $3, $4, 'agent', 'clarification_request', $5, $6, $7, $7) \
-                     RETURNING {MESSAGE_COLUMNS}"
-                ))
-                .bind(new_id())
-                .bind(&bundle.session_id)
-                .bind(&bundle.task_id)
-                .bind(&bundle.turn_id)
-                .bind(&new.message_content)
-                .bind(&pending_id)
-                .bind(at)
-                .fetch_one(&mut *tx)
-                .await?;
+                Self::insert_questions(&mut tx, &pending_id, &new.questions).await?;
+                let message = Self::insert_question_message(&mut tx, &bundle, &new.message_content, at).await?;
                 tx.commit().await?;
                 Ok((bundle, message))
             }
@@ -931,6 +952,168 @@ macro_rules! impl_repository {
                      AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.turn_id = turns.id)",
                 )
                 .bind(turn_id)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn ask_in_current_turn(&self, new: &NewAsk, at: Micros) -> RepoResult<Option<AskWritten>> {
+                let mut tx = self.write_tx().await?;
+                let Some(turn_id) = sqlx::query_scalar::<$db, String>(SQL.ask_turn.as_str())
+                    .bind(&new.session_id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let bundle = sqlx::query_as::<$db, BundleRecord>(stmt!(
+                    "INSERT INTO clarification_bundles ({BUNDLE_COLUMNS}) \
+                     SELECT $1, t.session_id, t.task_id, t.id, 'pending', FALSE, FALSE, $3, $4, NULL, NULL, $5, NULL \
+                     FROM turns t WHERE t.id = $2 \
+                     RETURNING {BUNDLE_COLUMNS}"
+                ))
+                .bind(&new.pending_id)
+                .bind(&turn_id)
+                .bind(&new.context)
+                .bind(&new.dedup_key)
+                .bind(at)
+                .fetch_one(&mut *tx)
+                .await?;
+                Self::insert_questions(&mut tx, &new.pending_id, &new.questions).await?;
+                let message = Self::insert_question_message(&mut tx, &bundle, &new.message_content, at).await?;
+                let Some(session) = sqlx::query_as::<$db, SessionRecord>(stmt!(
+                    "UPDATE sessions SET state = 'waiting_for_input' \
+                     WHERE id = $1 AND state NOT IN ('completed', 'failed', 'cancelled') \
+                     RETURNING {SESSION_COLUMNS}"
+                ))
+                .bind(&new.session_id)
+                .fetch_optional(&mut *tx)
+                .await?
+                else {
+                    return Ok(None);
+                };
+                tx.commit().await?;
+                Ok(Some(AskWritten { bundle, message, session }))
+            }
+
+            async fn owe_resume(&self, pending_id: &str, prompt: &str, at: Micros) -> RepoResult<Option<TurnRecord>> {
+                let mut tx = self.write_tx().await?;
+                let turn = sqlx::query_as::<$db, TurnRecord>(stmt!(
+                    "INSERT INTO turns (id, session_id, task_id, started_at, completed_at, created_at, \
+                     reservation, resume_pending_id, resume_prompt) \
+                     SELECT $1, b.session_id, b.task_id, $3, NULL, $3, 'attempted', b.pending_id, $4 \
+                     FROM clarification_bundles b JOIN sessions s ON s.id = b.session_id \
+                     WHERE b.pending_id = $2 AND b.status = 'answered' \
+                       AND s.state NOT IN ('completed', 'failed', 'cancelled') \
+                       AND NOT EXISTS (SELECT 1 FROM turns r WHERE r.resume_pending_id = b.pending_id) \
+                     RETURNING {TURN_COLUMNS}"
+                ))
+                .bind(new_id())
+                .bind(pending_id)
+                .bind(at)
+                .bind(prompt)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if turn.is_some() {
+                    sqlx::query::<$db>(
+                        "UPDATE clarification_bundles SET delivery_pending = FALSE WHERE pending_id = $1",
+                    )
+                    .bind(pending_id)
+                    .execute(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                }
+                Ok(turn)
+            }
+
+            async fn owed_resumes(&self, session_id: &str) -> RepoResult<Vec<TurnRecord>> {
+                Ok(sqlx::query_as::<$db, TurnRecord>(stmt!(
+                    "SELECT {TURN_COLUMNS} FROM turns \
+                     WHERE session_id = $1 AND reservation = 'attempted' AND resume_prompt IS NOT NULL \
+                     ORDER BY created_at, id"
+                ))
+                .bind(session_id)
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
+            async fn sessions_with_owed_resumes(&self) -> RepoResult<Vec<SessionRecord>> {
+                Ok(sqlx::query_as::<$db, SessionRecord>(stmt!(
+                    "SELECT {SESSION_COLUMNS} FROM sessions s \
+                     WHERE s.state NOT IN ('completed', 'failed', 'cancelled') \
+                       AND EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id \
+                                   AND t.reservation = 'attempted' AND t.resume_prompt IS NOT NULL) \
+                     ORDER BY s.created_at, s.id"
+                ))
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
+            async fn dispatch_resume(&self, turn_id: &str, at: Micros) -> RepoResult<bool> {
+                let done = sqlx::query::<$db>(
+                    "UPDATE turns SET reservation = 'none', started_at = $2 \
+                     WHERE id = $1 AND reservation = 'attempted' \
+                       AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = turns.session_id \
+                                   AND s.state NOT IN ('completed', 'failed', 'cancelled'))",
+                )
+                .bind(turn_id)
+                .bind(at)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn defer_workflow(&self, turn_id: &str) -> RepoResult<bool> {
+                let done = sqlx::query::<$db>(
+                    "UPDATE turns SET workflow_deferred = TRUE WHERE id = $1 AND workflow_deferred = FALSE",
+                )
+                .bind(turn_id)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn take_deferred_workflow(&self, turn_id: &str) -> RepoResult<bool> {
+                let done = sqlx::query::<$db>(
+                    "UPDATE turns SET workflow_deferred = FALSE WHERE id = $1 AND workflow_deferred = TRUE",
+                )
+                .bind(turn_id)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn move_task_step(&self, task_id: &str, from: &str, to: &str, at: Micros) -> RepoResult<bool> {
+                let done = sqlx::query::<$db>(
+                    "UPDATE tasks SET step_id = $3, updated_at = $4 WHERE id = $1 AND step_id = $2",
+                )
+                .bind(task_id)
+                .bind(from)
+                .bind(to)
+                .bind(at)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn cancel_permissions(&self, session_id: Option<&str>, at: Micros) -> RepoResult<Vec<PermissionRecord>> {
+                Ok(sqlx::query_as::<$db, PermissionRecord>(
+                    "UPDATE permission_requests SET status = 'cancelled', resolved_at = $2 \
+                     WHERE status = 'pending' AND ($1 IS NULL OR session_id = $1) \
+                     RETURNING id, session_id, task_id, turn_id, tool_call, options, status, outcome, created_at, resolved_at",
+                )
+                .bind(session_id)
+                .bind(at)
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
+            async fn revoke_mcp_token(&self, session_id: &str, hash: &str) -> RepoResult<bool> {
+                let done = sqlx::query::<$db>(
+                    "UPDATE sessions SET mcp_token_hash = NULL WHERE id = $1 AND mcp_token_hash = $2",
+                )
+                .bind(session_id)
+                .bind(hash)
                 .execute(&self.pool)
                 .await?;
                 Ok(done.rows_affected() > 0)

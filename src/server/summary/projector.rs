@@ -7,9 +7,11 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::loader::{self, Projection};
+use crate::model::{LastError, SummaryBody};
 use crate::server::events::Event;
 use crate::server::repo::{CasOutcome, RepoError, StoredSummary};
 use crate::server::state::AppState;
+use crate::server::time::format_micros;
 
 /// P6: attempts per refresh before the summary is marked invalidated.
 pub const MAX_CAS_ATTEMPTS: u32 = 5;
@@ -41,7 +43,36 @@ pub async fn refresh_task(
     state: &AppState,
     task_id: &str,
     scope: Scope,
+    preloaded: Option<Projection>,
+) -> Result<StoredSummary, RefreshError> {
+    refresh_with(state, task_id, scope, preloaded, |_| {}).await
+}
+
+/// P3: records (or with `None` clears) the task's last error, with the same CAS loop.
+pub async fn record_last_error(
+    state: &AppState,
+    task_id: &str,
+    message: Option<&str>,
+) -> Result<StoredSummary, RefreshError> {
+    let last_error = message.map(|m| LastError {
+        message: m.chars().take(LAST_ERROR_CHARS).collect(),
+        occurred_at: format_micros(state.clock.now()),
+    });
+    refresh_with(state, task_id, Scope::Full, None, move |body| {
+        body.last_error = last_error.clone();
+    })
+    .await
+}
+
+/// P3 is bounded: a long agent error is cut in the summary (the transcript keeps it whole).
+const LAST_ERROR_CHARS: usize = 500;
+
+async fn refresh_with(
+    state: &AppState,
+    task_id: &str,
+    scope: Scope,
     mut preloaded: Option<Projection>,
+    edit: impl Fn(&mut SummaryBody),
 ) -> Result<StoredSummary, RefreshError> {
     let store_err = |source| RefreshError::Store {
         task_id: task_id.to_string(),
@@ -58,11 +89,15 @@ pub async fn refresh_task(
                     source,
                 })?,
         };
-        let body = match (&stored, scope) {
+        let mut body = match (&stored, scope) {
             (Some(s), Scope::PendingOnly) => projection.apply_pending_only(s.body.clone()),
             (Some(s), Scope::Full) => projection.apply(s.body.clone()),
             (None, _) => projection.apply(Default::default()),
         };
+        if scope == Scope::Full || stored.is_none() {
+            body.queued_prompt_count = state.runtime.counters.queued_for_task(task_id);
+        }
+        edit(&mut body);
         state
             .hooks
             .run(crate::server::hooks::Point::BeforeSummaryCas, task_id)

@@ -1,0 +1,227 @@
+//! The front door: tower layers every request passes before any route (spec "Server process").
+//! Any web page the user opens can reach this server, loopback included, so:
+//! - `Host` must name this server (DNS rebinding) → 403;
+//! - state-changing requests, server functions and the `/ws` upgrade must come from this very
+//!   origin (CSRF, cross-site WebSocket) → 403;
+//! - server functions take only JSON or form bodies (a `text/plain` body needs no CORS
+//!   preflight) → 415;
+//! - with an access token, every request but the login page, health and static assets needs
+//!   it: API calls get 401, pages redirect to `/login`; repeated failures from one address → 429;
+//! - every response carries `frame-ancestors 'none'` and friends; pages add a nonce CSP.
+//!
+//! The decisions are in `server::auth`; this file only reads headers and answers.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+
+use crate::api::ApiError;
+use crate::model::AppError;
+use crate::server::auth::{AUTH_COOKIE, FrontDoor, cookie, same_origin};
+
+/// The CSP for every response that does not set its own (pages set a nonce-based one).
+pub const BASE_CSP: &str =
+    "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+/// The CSP of rendered pages: scripts only from this origin or with this response's nonce
+/// (Leptos puts it on its hydration scripts), wasm compilation allowed, never framed.
+pub fn page_csp(nonce: &str) -> String {
+    format!(
+        "default-src 'self'; script-src 'self' 'nonce-{nonce}' 'wasm-unsafe-eval'; \
+         style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+         object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )
+}
+
+fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The request's authority: the `Host` header (HTTP/1.1) or the URI's (HTTP/2).
+fn request_host(req: &Request) -> Option<String> {
+    header_str(req.headers(), header::HOST)
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()))
+}
+
+fn refuse(status: StatusCode, error: AppError) -> Response {
+    let mut r = ApiError(error).into_response();
+    *r.status_mut() = status;
+    r
+}
+
+/// DNS rebinding: a page whose name resolves to 127.0.0.1 still sends its own name as `Host`.
+pub async fn check_host(State(door): State<Arc<FrontDoor>>, req: Request, next: Next) -> Response {
+    match request_host(&req) {
+        Some(host) if door.host_allowed(&host) => next.run(req).await,
+        _ => refuse(
+            StatusCode::FORBIDDEN,
+            AppError::Forbidden(
+                "this server does not answer to that host name (add it with --allowed-host)".into(),
+            ),
+        ),
+    }
+}
+
+fn is_websocket_upgrade(req: &Request) -> bool {
+    header_str(req.headers(), header::UPGRADE).is_some_and(|u| u.eq_ignore_ascii_case("websocket"))
+}
+
+fn is_server_fn(req: &Request) -> bool {
+    req.uri().path().starts_with("/api/fn/")
+}
+
+/// CSRF and cross-site WebSocket: only this origin may change state, call a server function
+/// or open the socket. Reads are harmless to forge (the browser keeps their answers from a
+/// foreign page).
+pub async fn check_origin(req: Request, next: Next) -> Response {
+    let changes_state = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if changes_state || is_server_fn(&req) || is_websocket_upgrade(&req) {
+        let headers = req.headers();
+        let host = request_host(&req).unwrap_or_default();
+        let origin = header_str(headers, header::ORIGIN);
+        let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+        if !same_origin(origin, site, &host) {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                AppError::Forbidden("cross-origin requests may not change anything here".into()),
+            );
+        }
+    }
+    next.run(req).await
+}
+
+/// Server functions read JSON or form bodies only: `text/plain` (which a foreign page can send
+/// without a preflight) and everything else is refused before any work.
+pub async fn server_fn_content_type(req: Request, next: Next) -> Response {
+    if is_server_fn(&req) {
+        let ct = header_str(req.headers(), header::CONTENT_TYPE).unwrap_or("");
+        let essence = ct.split(';').next().unwrap_or("").trim();
+        let ok = *req.method() == Method::POST
+            && (essence.eq_ignore_ascii_case("application/json")
+                || essence.eq_ignore_ascii_case("application/x-www-form-urlencoded"));
+        if !ok {
+            return refuse(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                AppError::UnsupportedMediaType(
+                    "server functions take POST with application/json or \
+                     application/x-www-form-urlencoded"
+                        .into(),
+                ),
+            );
+        }
+    }
+    next.run(req).await
+}
+
+/// Paths anyone may fetch with a token configured: the login page, health, static assets and
+/// the MCP endpoint (agents authenticate there with their own per-session bearer token).
+fn is_public(path: &str) -> bool {
+    path == "/login"
+        || path == "/healthz"
+        || path == "/favicon.svg"
+        || path.starts_with("/pkg/")
+        || path == "/mcp"
+        || path.starts_with("/mcp/")
+}
+
+/// API clients and the socket get 401; pages redirect to the login page.
+fn wants_api_answer(path: &str) -> bool {
+    path.starts_with("/api/") || path == "/ws" || path == "/metrics"
+}
+
+pub fn client_ip(req: &Request) -> IpAddr {
+    req.extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+}
+
+enum Credential<'a> {
+    None,
+    Bearer(&'a str),
+    Cookie(&'a str),
+}
+
+fn credential(headers: &HeaderMap) -> Credential<'_> {
+    if let Some(bearer) = header_str(headers, header::AUTHORIZATION)
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+    {
+        return Credential::Bearer(bearer);
+    }
+    match header_str(headers, header::COOKIE).and_then(|c| cookie(c, AUTH_COOKIE)) {
+        Some(c) => Credential::Cookie(c),
+        None => Credential::None,
+    }
+}
+
+/// The access token, when one is configured: loopback clients need it too.
+pub async fn require_token(
+    State(door): State<Arc<FrontDoor>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Some(token) = door.token() else {
+        return next.run(req).await;
+    };
+    let path = req.uri().path().to_string();
+    if is_public(&path) {
+        return next.run(req).await;
+    }
+    let ip = client_ip(&req);
+    let now = Instant::now();
+    let presented = credential(req.headers());
+    let valid = match presented {
+        Credential::None => false,
+        _ if door.failures.is_blocked(ip, now) => return too_many_failures(),
+        Credential::Bearer(t) => token.matches_token(t),
+        Credential::Cookie(c) => token.matches_cookie(c),
+    };
+    if valid {
+        return next.run(req).await;
+    }
+    if !matches!(presented, Credential::None) {
+        door.failures.record_failure(ip, now);
+    }
+    if wants_api_answer(&path) || *req.method() != Method::GET {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            AppError::Unauthorized(
+                "this server needs its access token (Authorization: Bearer <token>, or log in)"
+                    .into(),
+            ),
+        );
+    }
+    let target = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let query = serde_urlencoded::to_string([("next", target.as_str())]).unwrap_or_default();
+    Redirect::to(&format!("/login?{query}")).into_response()
+}
+
+pub fn too_many_failures() -> Response {
+    refuse(
+        StatusCode::TOO_MANY_REQUESTS,
+        AppError::TooManyRequests(
+            "too many wrong access tokens from this address; wait a minute".into(),
+        ),
+    )
+}
+
+/// Adds the default CSP when a response has none of its own.
+pub async fn default_csp(req: Request, next: Next) -> Response {
+    let mut response = next.run(req).await;
+    response
+        .headers_mut()
+        .entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(HeaderValue::from_static(BASE_CSP));
+    response
+}

@@ -1,0 +1,121 @@
+//! The whole HTTP surface, assembled at the top (start-axum style): REST, `/ws`, `/mcp`, the
+//! login page, server functions and the Leptos pages, behind the front door's layers.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::error_handling::HandleErrorLayer;
+use axum::http::{HeaderName, HeaderValue, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use leptos::prelude::*;
+use leptos_axum::{LeptosRoutes, generate_route_list};
+use tower::ServiceBuilder;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::set_header::SetResponseHeaderLayer;
+
+use super::{front_door, login, rest};
+use crate::app::{App, shell};
+use crate::model::AppError;
+use crate::server::auth::FrontDoor;
+use crate::server::state::AppState;
+
+/// Requests served at once; beyond it the server answers 503 at once instead of queueing.
+/// Long waits (MCP tool calls, the socket after its upgrade) count while they last.
+pub const MAX_IN_FLIGHT: usize = 2048;
+
+pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
+    let routes = generate_route_list(App);
+    let app = Router::new()
+        .merge(super::rest_routes(&state))
+        .route(
+            "/login",
+            get(login::show)
+                .post(login::submit)
+                .with_state(door.clone()),
+        )
+        .leptos_routes(&state, routes, {
+            let options = state.leptos_options.clone();
+            move || shell(options.clone())
+        })
+        // Not-found pages render the app too, so they get the same context as routes.
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(
+            {
+                let state = state.clone();
+                move || provide_context(state.clone())
+            },
+            shell,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            count_request,
+        ))
+        .with_state(state);
+    let x_request_id = HeaderName::from_static("x-request-id");
+    // Outermost first: a request id, the Host check, headers on every answer, then Origin,
+    // token, server-function body rules and the in-flight cap.
+    app.layer(
+        ServiceBuilder::new()
+            .layer(SetRequestIdLayer::new(
+                x_request_id.clone(),
+                MakeRequestUuid,
+            ))
+            .layer(PropagateRequestIdLayer::new(x_request_id))
+            .layer(axum::middleware::from_fn(
+                crate::server::telemetry::scope_request_id,
+            ))
+            .layer(axum::middleware::from_fn(rest::json_errors))
+            .layer(axum::middleware::from_fn_with_state(
+                door.clone(),
+                front_door::check_host,
+            ))
+            .layer(SetResponseHeaderLayer::overriding(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ))
+            .layer(SetResponseHeaderLayer::overriding(
+                header::X_FRAME_OPTIONS,
+                HeaderValue::from_static("DENY"),
+            ))
+            .layer(SetResponseHeaderLayer::overriding(
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("same-origin"),
+            ))
+            .layer(axum::middleware::from_fn(front_door::default_csp))
+            .layer(axum::middleware::from_fn(front_door::check_origin))
+            .layer(axum::middleware::from_fn_with_state(
+                door,
+                front_door::require_token,
+            ))
+            .layer(axum::middleware::from_fn(
+                front_door::server_fn_content_type,
+            ))
+            .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
+                rest::ApiError(AppError::Unavailable(
+                    "the server is at its limit of open requests; try again".into(),
+                ))
+                .into_response()
+            }))
+            .load_shed()
+            .concurrency_limit(MAX_IN_FLIGHT)
+            .layer(RequestBodyLimitLayer::new(rest::MAX_BODY_BYTES)),
+    )
+}
+
+async fn count_request(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let started = std::time::Instant::now();
+    let response = next.run(req).await;
+    state.metrics.record_request(
+        started.elapsed().as_micros() as u64,
+        response.status().as_u16(),
+    );
+    response
+}
