@@ -383,3 +383,58 @@ impl Api {
             .clone()
     }
 }
+
+/// Row counts of the tables a request could write to (summaries excluded: reads reconcile
+/// them, P7). Equal before and after means "nothing was written".
+pub async fn table_counts(url: &str) -> std::collections::BTreeMap<&'static str, i64> {
+    use sqlx::Connection;
+    const TABLES: [&str; 9] = [
+        "tasks",
+        "sessions",
+        "turns",
+        "messages",
+        "clarification_bundles",
+        "clarification_questions",
+        "permission_requests",
+        "agent_profiles",
+        "workflows",
+    ];
+    let mut out = std::collections::BTreeMap::new();
+    for table in TABLES {
+        let sql = sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}"));
+        let n: i64 = if url.starts_with("sqlite:") {
+            let mut c = sqlx::SqliteConnection::connect(url).await.expect("sqlite");
+            sqlx::query_scalar(sql)
+                .fetch_one(&mut c)
+                .await
+                .expect("count")
+        } else {
+            let mut c = sqlx::PgConnection::connect(url).await.expect("postgres");
+            sqlx::query_scalar(sql)
+                .fetch_one(&mut c)
+                .await
+                .expect("count")
+        };
+        out.insert(table, n);
+    }
+    out
+}
+
+/// A WebSocket handshake to `/ws` with extra request headers: `Ok` when it upgraded, else the
+/// HTTP status it was refused with.
+pub async fn ws_handshake(base: &str, headers: &[(&str, &str)]) -> Result<(), u16> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let url = format!("{}/ws", base.replacen("http://", "ws://", 1));
+    let mut request = url.into_client_request().expect("ws request");
+    for (k, v) in headers {
+        request.headers_mut().insert(
+            reqwest::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok(_) => Ok(()),
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => Err(r.status().as_u16()),
+        Err(e) => panic!("websocket handshake failed unexpectedly: {e}"),
+    }
+}
