@@ -438,3 +438,90 @@ pub async fn ws_handshake(base: &str, headers: &[(&str, &str)]) -> Result<(), u1
         Err(e) => panic!("websocket handshake failed unexpectedly: {e}"),
     }
 }
+
+/// The real `turnstile` binary on a free loopback port (for what an in-process server cannot
+/// show: its environment, signals, being killed).
+pub struct BinaryServer {
+    pub child: tokio::process::Child,
+    pub api: Api,
+}
+
+impl BinaryServer {
+    pub async fn spawn(
+        database_url: &str,
+        data_dir: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> BinaryServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_turnstile"));
+        command
+            .args(["--addr", &format!("127.0.0.1:{port}")])
+            .arg("--database-url")
+            .arg(database_url)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--mock-agent")
+            .arg(env!("CARGO_BIN_EXE_mock_agent"))
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let child = command.spawn().expect("start the server binary");
+        let api = Api::new(&format!("http://127.0.0.1:{port}"));
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Ok(r) = api.client.get(format!("{}/healthz", api.base)).send().await
+                && r.status() == 200
+            {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the server did not become healthy"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        BinaryServer { child, api }
+    }
+
+    /// Sends a signal to the server process.
+    pub fn signal(&self, signal: i32) {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+    }
+}
+
+/// Whether process `pid` still runs (a zombie waiting to be reaped does not).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// Polls `what` until it holds (deadline 20 s).
+pub async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

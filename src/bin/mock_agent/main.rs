@@ -41,6 +41,8 @@ struct MockState {
     endpoints: Mutex<HashMap<String, Endpoint>>,
     clients: tokio::sync::Mutex<HashMap<String, McpClient>>,
     cancelled: Mutex<HashSet<String>>,
+    /// Wakes a running `e2e:delay` when a cancel arrives (ACP: stop as soon as possible).
+    cancel_signal: tokio::sync::Notify,
 }
 
 impl MockState {
@@ -134,7 +136,20 @@ async fn run_prompt(
                 std::process::exit(4)
             }
             Step::Say(s) => say(s),
-            Step::Delay(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            Step::Delay(ms) => {
+                let sleep = tokio::time::sleep(Duration::from_millis(ms));
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        _ = st.cancel_signal.notified() => {
+                            if st.cancelled.lock().unwrap().remove(&key) {
+                                return StopReason::Cancelled;
+                            }
+                        }
+                    }
+                }
+            }
             Step::Exit(code) => std::process::exit(code),
             Step::Ask {
                 input,
@@ -314,6 +329,7 @@ async fn main() -> agent_client_protocol::Result<()> {
                     .lock()
                     .unwrap()
                     .insert(n.session_id.0.to_string());
+                on_cancel.cancel_signal.notify_waiters();
                 Ok(())
             },
             agent_client_protocol::on_receive_notification!(),

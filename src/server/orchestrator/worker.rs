@@ -274,10 +274,17 @@ impl Worker {
             )));
         }
         if self.open_turn.is_none() {
+            // At the cap with every agent busy: refuse before anything is written.
+            self.admit()
+                .map_err(|e| AppError::Unavailable(e.to_string()))?;
             // L18: what is owed goes first; the prompt then waits behind the resume.
             match self.deliver_owed().await {
                 Ok(false) => {
-                    let turn_id = self.start_turn(content).await?;
+                    let turn_id = self.start_turn(content).await.inspect_err(|_| {
+                        if self.agent.is_none() {
+                            self.state.runtime.agents.leave(&self.session_id);
+                        }
+                    })?;
                     return Ok(PromptAccepted {
                         queued: false,
                         turn_id: Some(turn_id),
@@ -428,15 +435,7 @@ impl Worker {
             .get_session(&self.session_id)
             .await?
             .ok_or_else(|| WorkerError::Agent("the session is gone".into()))?;
-        if let Some(victim) = self
-            .state
-            .runtime
-            .agents
-            .admit(&self.session_id)
-            .map_err(WorkerError::Agent)?
-        {
-            release(&self.state, &victim);
-        }
+        self.admit()?;
         let r = sessions::set_state(&self.state, &self.session_id, SessionState::Starting).await;
         self.log("cannot change the session state", r);
         let launched = match sessions::launch_spec(&self.state, &session).await {
@@ -483,6 +482,24 @@ impl Worker {
                 Err(WorkerError::Agent(reason))
             }
         }
+    }
+
+    /// Takes (or keeps) a slot among the running agents; an idle agent elsewhere may be asked
+    /// to stop to make room (`--max-agents`).
+    fn admit(&self) -> Result<(), WorkerError> {
+        if self.agent.is_some() {
+            return Ok(());
+        }
+        let victim = self
+            .state
+            .runtime
+            .agents
+            .admit(&self.session_id)
+            .map_err(WorkerError::Agent)?;
+        if let Some(victim) = victim {
+            release(&self.state, &victim);
+        }
+        Ok(())
     }
 
     /// Drops the agent: its process group is killed, its MCP token revoked, its slot freed and

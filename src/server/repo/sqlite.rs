@@ -28,7 +28,10 @@ impl SqliteRepository {
             } else {
                 SqliteJournalMode::Wal
             })
-            .synchronous(SqliteSynchronous::Normal);
+            // An answer acknowledged with 200 must survive power loss: in WAL mode NORMAL
+            // may lose the last commits; FULL syncs the WAL at every commit
+            // (docs/decisions/0010-sqlite-durability.md).
+            .synchronous(SqliteSynchronous::Full);
         let pool = SqlitePoolOptions::new()
             // An in-memory database exists per connection: keep exactly one.
             .max_connections(if memory { 1 } else { 8 })

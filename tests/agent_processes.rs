@@ -1,0 +1,321 @@
+//! Agent processes with least privilege (spec "Server process"): a handshake deadline, a
+//! minimal environment, a process group killed as a whole, MCP tokens that die with their
+//! agent or session, a cap on running agents, and a shutdown that does not wait forever.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Api, BinaryServer, TestServer, process_alive, until};
+
+both_http!(
+    an_agent_that_never_speaks_acp_fails_within_the_deadline,
+    a_stale_mcp_token_is_refused_once_its_session_ended,
+    idle_agents_make_room_at_the_cap_and_lose_their_token,
+);
+
+async fn profile(api: &Api, name: &str, command: &str, args: &[&str], env: Value) -> String {
+    let (status, p) = api
+        .post(
+            "/api/v1/agent-profiles",
+            json!({ "name": name, "command": command, "args": args, "env": env }),
+        )
+        .await;
+    assert_eq!(status, 200, "{p}");
+    p["id"].as_str().unwrap().to_string()
+}
+
+async fn task_with(api: &Api, profile: &str, prompt: &str) -> (String, String) {
+    let (status, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "t", "prompt": prompt, "agent_profile_id": profile }),
+        )
+        .await;
+    assert_eq!(status, 200, "{task}");
+    (
+        task["id"].as_str().unwrap().to_string(),
+        task["primary_session_id"].as_str().unwrap().to_string(),
+    )
+}
+
+/// A shell "agent" that never answers ACP: it writes its pid and a grandchild's pid, says
+/// something on stderr, and waits.
+const SILENT: &str = r#"echo "$$" > "$PIDS"; sleep 300 & echo "$!" >> "$PIDS"; echo "warming up the model" >&2; wait"#;
+
+fn pids(path: &std::path::Path) -> Vec<u32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+async fn an_agent_that_never_speaks_acp_fails_within_the_deadline(url: String) {
+    let server = TestServer::start_with(&url, |r| {
+        r.agent_start_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let api = Api::new(&server.base);
+    let pid_file = support::temp_dir("silent").join("pids");
+    let silent = profile(
+        &api,
+        "silent",
+        "/bin/sh",
+        &["-c", SILENT],
+        json!({ "PIDS": pid_file.to_str().unwrap() }),
+    )
+    .await;
+    let started = Instant::now();
+    let (task, session) = task_with(&api, &silent, "hello").await;
+    let sessions = api
+        .wait_for(&format!("/api/v1/tasks/{task}/sessions"), "failed", |v| {
+            v["sessions"][0]["state"] == "failed"
+        })
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "failed after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(sessions["sessions"][0]["id"], session.as_str());
+    let errors: Vec<String> = api
+        .messages(&session)
+        .await
+        .into_iter()
+        .filter(|m| m["kind"] == "error")
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("ACP handshake within 1 s"), "{errors:?}");
+    assert!(
+        errors[0].contains("warming up the model"),
+        "the agent's stderr explains it: {errors:?}"
+    );
+    let summary = api.get(&format!("/api/v1/tasks/{task}")).await.1;
+    assert!(
+        summary["status_summary"]["last_error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("handshake")
+    );
+    // The agent and the child it started are gone (killed as a group).
+    let both = pids(&pid_file);
+    assert_eq!(both.len(), 2, "{both:?}");
+    until("the agent's process group to end", async || {
+        both.iter().all(|p| !process_alive(*p))
+    })
+    .await;
+    let r = api
+        .client
+        .delete(server.url(&format!("/api/v1/tasks/{task}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    server.stop().await;
+}
+
+/// The Authorization header our server gave the agent in `session/new` (read from a copy of
+/// its stdin).
+fn token_in(log: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let at = text.find("Bearer ")? + "Bearer ".len();
+    Some(
+        text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .collect(),
+    )
+}
+
+/// The mock agent reading through `tee`, so the test sees what the server sent it. The shell
+/// becomes the agent (`exec`), so the agent's exit closes the connection.
+fn teed_mock() -> [&'static str; 2] {
+    ["-c", r#"exec "$MOCK" < <(tee "$LOG")"#]
+}
+
+async fn mcp_status(server: &TestServer, token: &str) -> u16 {
+    reqwest::Client::new()
+        .post(server.url("/mcp"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": { "name": "probe", "version": "0" } } }),
+        )
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+async fn a_stale_mcp_token_is_refused_once_its_session_ended(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let log = support::temp_dir("tee").join("stdin");
+    let teed = profile(
+        &api,
+        "teed",
+        "/bin/bash",
+        &teed_mock(),
+        json!({ "LOG": log.to_str().unwrap(), "MOCK": env!("CARGO_BIN_EXE_mock_agent") }),
+    )
+    .await;
+    let (task, session) = task_with(&api, &teed, "e2e:message(\"hi\")").await;
+    api.wait_turns_done(&session, 1).await;
+    let token = token_in(&log).expect("the agent got a token");
+    assert_ne!(
+        mcp_status(&server, &token).await,
+        401,
+        "valid while the agent runs"
+    );
+    // The agent crashes: the session fails and its token dies with it.
+    let (status, _) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "e2e:exit(3)" }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    api.wait_for(&format!("/api/v1/tasks/{task}/sessions"), "failed", |v| {
+        v["sessions"][0]["state"] == "failed"
+    })
+    .await;
+    assert_eq!(mcp_status(&server, &token).await, 401);
+    server.stop().await;
+}
+
+async fn idle_agents_make_room_at_the_cap_and_lose_their_token(url: String) {
+    let server = TestServer::start_with(&url, |r| r.max_agents = 1).await;
+    let api = Api::new(&server.base);
+    let log = support::temp_dir("tee").join("stdin");
+    let teed = profile(
+        &api,
+        "teed",
+        "/bin/bash",
+        &teed_mock(),
+        json!({ "LOG": log.to_str().unwrap(), "MOCK": env!("CARGO_BIN_EXE_mock_agent") }),
+    )
+    .await;
+    let (_, first) = task_with(&api, &teed, "e2e:message(\"one\")").await;
+    api.wait_turns_done(&first, 1).await;
+    let first_token = token_in(&log).expect("a token");
+    assert_eq!(server.state.runtime.agents.count(), 1);
+    // A second session needs the only slot: the idle agent makes room.
+    let (second_task, second) = api.start_task("e2e:message(\"two\")").await;
+    api.wait_turns_done(&second, 1).await;
+    assert_eq!(server.state.runtime.agents.count(), 1);
+    assert_eq!(
+        mcp_status(&server, &first_token).await,
+        401,
+        "the stopped agent's token is revoked"
+    );
+    // While that one is busy, nobody else may start: a clear refusal, nothing queued.
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/sessions/{second}/prompt"),
+            json!({ "content": "e2e:delay(60000)" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/sessions/{first}/prompt"),
+            json!({ "content": "e2e:message(\"again\")" }),
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("busy"),
+        "{body}"
+    );
+    // Cancelling the busy one frees the slot; the first session relaunches on demand.
+    api.post(&format!("/api/v1/sessions/{second}/cancel"), json!({}))
+        .await;
+    api.wait_turns_done(&second, 2).await;
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/sessions/{first}/prompt"),
+            json!({ "content": "e2e:message(\"again\")" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    api.wait_turns_done(&first, 2).await;
+    assert!(api.agent_lines(&first).await.contains(&"again".to_string()));
+    let _ = second_task;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_get_a_minimal_environment_and_shutdown_has_a_deadline() {
+    let dir = support::temp_dir("env");
+    let url = format!("sqlite:{}", dir.join("t.db").display());
+    let server = BinaryServer::spawn(
+        &url,
+        &dir,
+        &["--agent-start-timeout", "2", "--shutdown-timeout", "2"],
+        &[
+            ("DATABASE_URL", "postgres://user:secret@db.example/prod"),
+            ("ACCESS_TOKEN", "server-secret-0123456789"),
+            ("LEPTOS_SITE_ROOT", "target/site"),
+        ],
+    )
+    .await;
+    let mut api = server.api;
+    api.client = reqwest::Client::builder()
+        .default_headers(
+            [(
+                reqwest::header::AUTHORIZATION,
+                "Bearer server-secret-0123456789".parse().unwrap(),
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .build()
+        .unwrap();
+    let out = dir.join("agent-env");
+    let dump = profile(
+        &api,
+        "dump",
+        "/bin/sh",
+        &["-c", r#"env > "$OUT.tmp"; mv "$OUT.tmp" "$OUT"; sleep 300"#],
+        json!({ "OUT": out.to_str().unwrap() }),
+    )
+    .await;
+    task_with(&api, &dump, "hello").await;
+    until("the agent's environment", async || out.exists()).await;
+    let env = std::fs::read_to_string(&out).unwrap();
+    assert!(!env.contains("DATABASE_URL"), "{env}");
+    assert!(!env.contains("ACCESS_TOKEN"), "{env}");
+    assert!(!env.contains("secret"), "{env}");
+    assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
+    assert!(
+        env.lines().any(|l| l.starts_with("OUT=")),
+        "the profile's own env"
+    );
+
+    // An agent holds an MCP call open; a shutdown still ends within its deadline.
+    let (_, waiting) = api.start_task("/e2e:clarification").await;
+    api.pending_id(&waiting).await;
+    let server = BinaryServer {
+        child: server.child,
+        api,
+    };
+    let asked = Instant::now();
+    server.signal(libc::SIGTERM);
+    let mut child = server.child;
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("the server exits within its shutdown deadline")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+}
