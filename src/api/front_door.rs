@@ -225,3 +225,31 @@ pub async fn default_csp(req: Request, next: Next) -> Response {
         .or_insert(HeaderValue::from_static(BASE_CSP));
     response
 }
+
+/// Bodies larger than this are refused (413). A body whose declared length is over the limit
+/// is read and thrown away up to [`DRAIN_BYTES`] first, so the client is not cut off while it
+/// sends and gets the error instead of a broken pipe; bodies without a declared length are
+/// cut at the limit by `RequestBodyLimitLayer`.
+pub async fn refuse_oversized_bodies(req: Request, next: Next) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let Some(len) = declared.filter(|n| *n > crate::api::rest::MAX_BODY_BYTES as u64) else {
+        return next.run(req).await;
+    };
+    if len <= DRAIN_BYTES {
+        let _ = axum::body::to_bytes(req.into_body(), DRAIN_BYTES as usize).await;
+    }
+    refuse(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        AppError::PayloadTooLarge(format!(
+            "request body of {len} bytes exceeds {} bytes",
+            crate::api::rest::MAX_BODY_BYTES
+        )),
+    )
+}
+
+/// The most an oversized body is read to answer it cleanly.
+const DRAIN_BYTES: u64 = 8 << 20;

@@ -102,6 +102,9 @@ pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
             }))
             .load_shed()
             .concurrency_limit(MAX_IN_FLIGHT)
+            .layer(axum::middleware::from_fn(
+                front_door::refuse_oversized_bodies,
+            ))
             .layer(RequestBodyLimitLayer::new(rest::MAX_BODY_BYTES)),
     )
 }

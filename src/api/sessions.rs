@@ -33,8 +33,12 @@ pub async fn create(
     Path(task_id): Path<String>,
     ApiJson(body): ApiJson<CreateSessionBody>,
 ) -> Result<Json<Session>, ApiError> {
-    let s = sessions::create_session(&state, &task_id, body.agent_profile_id, body.prompt, false)
-        .await?;
+    let input = sessions::NewSessionInput {
+        agent_profile_id: body.agent_profile_id,
+        prompt: body.prompt,
+        role: sessions::Role::Secondary,
+    };
+    let s = sessions::create_session(&state, &task_id, input).await?;
     Ok(Json(session_dto(&state, &s.id).await?))
 }
 

@@ -13,11 +13,12 @@ pub async fn list_tasks() -> Result<Vec<Task>, AppError> {
     crate::server::summary::task_view::list_tasks(&state).await
 }
 
-/// The sidebar's "new task" form: a task whose primary session starts with `prompt` (if any).
+/// The sidebar's "new task" form: a task whose primary session starts with `prompt`. A form
+/// always sends its fields, so an empty prompt field means "no prompt"; everything else is the
+/// REST endpoint's validation (one service).
 #[server(prefix = "/api/fn", endpoint = "create_task")]
 pub async fn create_task(title: String, prompt: String) -> Result<Task, AppError> {
-    use crate::server::orchestrator::{sessions, tasks};
-    use crate::server::summary::task_view;
+    use crate::server::orchestrator::tasks;
     let state = use_context::<crate::server::state::AppState>().ok_or_else(|| {
         AppError::Internal("the server state is missing from this request".into())
     })?;
@@ -26,13 +27,10 @@ pub async fn create_task(title: String, prompt: String) -> Result<Task, AppError
         description: String::new(),
         workflow_id: None,
         step_id: None,
+        prompt: (!prompt.is_empty()).then_some(prompt),
+        agent_profile_id: None,
     };
-    let task = tasks::create_task(&state, input).await?;
-    if prompt.trim().is_empty() {
-        return Ok(task);
-    }
-    sessions::create_session(&state, &task.id, None, prompt, true).await?;
-    task_view::get_task(&state, &task.id).await
+    tasks::create_task(&state, input).await
 }
 
 #[cfg(feature = "ssr")]
@@ -43,8 +41,7 @@ pub mod rest {
     use serde_json::{Value, json};
 
     use crate::api::{ApiError, ApiJson};
-    use crate::model::{AppError, Task};
-    use crate::server::orchestrator::sessions;
+    use crate::model::Task;
     use crate::server::orchestrator::tasks::{self, CreateTask};
     use crate::server::state::AppState;
     use crate::server::summary::task_view;
@@ -113,31 +110,14 @@ pub mod rest {
         State(state): State<AppState>,
         ApiJson(body): ApiJson<CreateTaskBody>,
     ) -> Result<Json<Task>, ApiError> {
-        if body.agent_profile_id.is_some() && body.prompt.is_none() {
-            return Err(AppError::BadRequest(
-                "agent_profile_id needs a prompt to launch a session".into(),
-            )
-            .into());
-        }
-        if body.prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
-            return Err(AppError::BadRequest("prompt must not be empty".into()).into());
-        }
-        if let Some(id) = &body.agent_profile_id
-            && state.repo.get_agent_profile(id).await?.is_none()
-        {
-            return Err(AppError::BadRequest(format!("unknown agent_profile_id {id:?}")).into());
-        }
         let input = CreateTask {
             title: body.title,
             description: body.description.unwrap_or_default(),
             workflow_id: body.workflow_id,
             step_id: body.step_id,
+            prompt: body.prompt,
+            agent_profile_id: body.agent_profile_id,
         };
-        let task = tasks::create_task(&state, input).await?;
-        let Some(prompt) = body.prompt else {
-            return Ok(Json(task));
-        };
-        sessions::create_session(&state, &task.id, body.agent_profile_id, prompt, true).await?;
-        Ok(Json(task_view::get_task(&state, &task.id).await?))
+        Ok(Json(tasks::create_task(&state, input).await?))
     }
 }

@@ -95,19 +95,42 @@ pub async fn launch_spec(
     Ok((spec, hash))
 }
 
+/// A prompt is non-blank and bounded (`field` names it in the error).
+pub fn validate_prompt(field: &str, prompt: &str) -> Result<(), AppError> {
+    if prompt.trim().is_empty() {
+        return Err(AppError::BadRequest(format!("{field} must not be empty")));
+    }
+    crate::model::limits::at_most(field, prompt, crate::model::limits::PROMPT_CHARS)
+        .map_err(AppError::BadRequest)
+}
+
+/// Whether a new session becomes the task's primary one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Primary,
+    /// Secondary, unless the task has no session yet.
+    Secondary,
+}
+
+pub struct NewSessionInput {
+    /// The bundled `mock` profile unless given.
+    pub agent_profile_id: Option<String>,
+    pub prompt: String,
+    pub role: Role,
+}
+
 /// Creates a session for the task and sends its first prompt.
 pub async fn create_session(
     state: &AppState,
     task_id: &str,
-    agent_profile_id: Option<String>,
-    prompt: String,
-    primary: bool,
+    input: NewSessionInput,
 ) -> Result<SessionRecord, AppError> {
-    if prompt.trim().is_empty() {
-        return Err(AppError::BadRequest("prompt must not be empty".into()));
-    }
-    crate::model::limits::at_most("prompt", &prompt, crate::model::limits::PROMPT_CHARS)
-        .map_err(AppError::BadRequest)?;
+    let NewSessionInput {
+        agent_profile_id,
+        prompt,
+        role,
+    } = input;
+    validate_prompt("prompt", &prompt)?;
     if state.repo.get_task(task_id).await?.is_none() {
         return Err(AppError::NotFound(format!("task {task_id}")));
     }
@@ -130,7 +153,7 @@ pub async fn create_session(
                 agent_profile_id: Some(profile.id.clone()),
                 name: format!("Session {}", existing + 1),
                 state: SessionState::Created,
-                is_primary: primary || existing == 0,
+                is_primary: role == Role::Primary || existing == 0,
                 mcp_token_hash: Some(hash_token(&new_token())),
             },
             state.clock.now(),
@@ -146,11 +169,7 @@ pub async fn send_prompt(
     session_id: &str,
     content: String,
 ) -> Result<PromptAccepted, AppError> {
-    if content.trim().is_empty() {
-        return Err(AppError::BadRequest("content must not be empty".into()));
-    }
-    crate::model::limits::at_most("content", &content, crate::model::limits::PROMPT_CHARS)
-        .map_err(AppError::BadRequest)?;
+    validate_prompt("content", &content)?;
     let session = state
         .repo
         .get_session(session_id)

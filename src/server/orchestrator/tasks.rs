@@ -9,18 +9,41 @@ pub struct CreateTask {
     pub description: String,
     pub workflow_id: Option<String>,
     pub step_id: Option<String>,
+    /// Launches the primary session with this first prompt.
+    pub prompt: Option<String>,
+    /// The session's agent (the bundled `mock` unless given); needs a prompt.
+    pub agent_profile_id: Option<String>,
 }
 
 /// Creates a task on its workflow (the default one unless given) at the given step (the first
-/// one unless given). Everything is validated before the write.
+/// one unless given), and with a prompt its primary session. Every input — the session's
+/// included — is validated before anything is written; REST and the UI call this one function.
 pub async fn create_task(state: &AppState, input: CreateTask) -> Result<Task, AppError> {
+    let bad = AppError::BadRequest;
     let title = input.title.trim();
     if title.is_empty() {
-        return Err(AppError::BadRequest("title must not be empty".into()));
+        return Err(bad("title must not be empty".into()));
     }
-    at_most("title", title, limits::TITLE_CHARS).map_err(AppError::BadRequest)?;
-    at_most("description", &input.description, limits::DESCRIPTION_CHARS)
-        .map_err(AppError::BadRequest)?;
+    at_most("title", title, limits::TITLE_CHARS).map_err(bad)?;
+    at_most("description", &input.description, limits::DESCRIPTION_CHARS).map_err(bad)?;
+    if input.agent_profile_id.is_some() && input.prompt.is_none() {
+        return Err(bad(
+            "agent_profile_id needs a prompt to launch a session".into()
+        ));
+    }
+    if let Some(prompt) = &input.prompt {
+        super::sessions::validate_prompt("prompt", prompt)?;
+    }
+    let profile = match &input.agent_profile_id {
+        Some(id) => Some(
+            state
+                .repo
+                .get_agent_profile(id)
+                .await?
+                .ok_or_else(|| bad(format!("unknown agent_profile_id {id:?}")))?,
+        ),
+        None => None,
+    };
     let workflow = match &input.workflow_id {
         Some(id) => state
             .repo
@@ -61,6 +84,14 @@ pub async fn create_task(state: &AppState, input: CreateTask) -> Result<Task, Ap
             state.clock.now(),
         )
         .await?;
+    if let Some(prompt) = input.prompt {
+        let launch = super::sessions::NewSessionInput {
+            agent_profile_id: profile.map(|p| p.id),
+            prompt,
+            role: super::sessions::Role::Primary,
+        };
+        super::sessions::create_session(state, &record.id, launch).await?;
+    }
     task_view::get_task(state, &record.id).await
 }
 
