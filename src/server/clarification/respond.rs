@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::model::{Answer, AppError, BundleStatus, Response};
 use crate::server::hooks::Point;
-use crate::server::orchestrator::{publish, worker, workflow};
+use crate::server::orchestrator::{permissions, publish, worker, workflow};
 use crate::server::repo::{BundleRecord, Claim, ClaimOutcome, RepoError, StoredBundle};
 use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
@@ -212,8 +212,12 @@ pub async fn respond(
         Err(e) => return Err(undo(state, &record, e.to_string()).await),
     }
     publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
-    // The owed turn is now current: questions of the older turn that still wait end (L5).
+    // The owed turn is now current: questions and permission requests of the older turn that
+    // still wait end (L5, N6), so the agent finishes that turn and takes the answer.
     super::asking::release_superseded(state, &record.session_id).await;
+    if let Err(e) = permissions::cancel_superseded(state, &record.session_id).await {
+        tracing::warn!(error = %e, "cannot cancel superseded permission requests");
+    }
     worker::deliver_owed(state, &record.session_id, &record.task_id);
     Ok(won)
 }

@@ -75,3 +75,31 @@ pub async fn respond(
     publish::permission_resolved(state, &resolved);
     Ok(resolved.to_dto())
 }
+
+/// N6: permission requests of turns that are no longer current (an owed resume superseded
+/// them) are cancelled: nobody can see or answer them, so their agent must not wait on them.
+pub async fn cancel_superseded(state: &AppState, session_id: &str) -> Result<(), AppError> {
+    let Some(current) = state.repo.current_turn_id(session_id).await? else {
+        return Ok(());
+    };
+    let pending = state
+        .repo
+        .pending_permission_requests(session_id)
+        .await?
+        .into_iter()
+        .filter(|p| p.turn_id != current);
+    for p in pending {
+        if let Some(reply) = state.runtime.permissions.take(&p.id) {
+            let _ = reply.send(None);
+        }
+        if state
+            .repo
+            .resolve_permission_request(&p.id, "cancelled", None, state.clock.now())
+            .await?
+            && let Some(resolved) = state.repo.get_permission_request(&p.id).await?
+        {
+            publish::permission_resolved(state, &resolved);
+        }
+    }
+    Ok(())
+}

@@ -331,6 +331,11 @@ pub trait Repository: Send + Sync + 'static {
         session_id: &str,
         turn_id: &str,
     ) -> RepoResult<Option<PermissionRecord>>;
+    /// The session's pending permission requests, oldest first.
+    async fn pending_permission_requests(
+        &self,
+        session_id: &str,
+    ) -> RepoResult<Vec<PermissionRecord>>;
     /// Guarded: only a pending request is resolved.
     async fn resolve_permission_request(
         &self,

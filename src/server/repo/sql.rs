@@ -693,6 +693,16 @@ macro_rules! impl_repository {
                 .await?)
             }
 
+            async fn pending_permission_requests(&self, session_id: &str) -> RepoResult<Vec<PermissionRecord>> {
+                Ok(sqlx::query_as::<$db, PermissionRecord>(
+                    "SELECT id, session_id, task_id, turn_id, tool_call, options, status, outcome, created_at, resolved_at \
+                     FROM permission_requests WHERE session_id = $1 AND status = 'pending' ORDER BY created_at, id",
+                )
+                .bind(session_id)
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
             async fn resolve_permission_request(&self, id: &str, status: &str, outcome: Option<&str>, at: Micros) -> RepoResult<bool> {
                 let done = sqlx::query::<$db>(
                     "UPDATE permission_requests SET status = $2, outcome = $3, resolved_at = $4 \

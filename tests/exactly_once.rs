@@ -1,0 +1,918 @@
+//! Exactly once under faults (L13–L19, N3, N6, P3, I1–I9): one story per defect the
+//! exactly-once review found, each forcing its interleaving with hooks or injected failures
+//! at named points (`server::hooks::Point`), through the real services, a real agent and
+//! real HTTP. No sleeps decide an order.
+
+mod support;
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use support::{Api, SHORT_TIMEOUT, TestServer, next_event, until};
+use tokio::sync::Semaphore;
+use turnstile::server::hooks::Point;
+use turnstile::server::repo::{NewTurn, Repository};
+
+both_http!(
+    d1_a_failed_owe_after_the_claim_is_undone_and_a_retry_resumes_once,
+    d2_an_agent_crash_keeps_the_owed_answer_and_the_next_prompt_delivers_it_first,
+    d3_an_answer_behind_an_open_turn_is_owed_at_once_and_survives_a_failed_dispatch,
+    d4_n3_a_rejection_while_the_turn_is_open_advances_the_task_once,
+    d5_a_failed_finalize_hands_nothing_over_and_nothing_reopens_after_restart,
+    d6_l1_the_resume_runs_as_the_current_turn_before_queued_prompts,
+    d7_l14_a_loser_wins_when_the_winners_claim_is_undone,
+    d8_l6_a_question_in_a_superseded_turn_is_refused_and_nobody_waits,
+    d8_l7_the_session_waits_before_its_question_is_visible,
+    d9_n6_a_permission_pending_at_restart_is_cancelled_and_answering_is_409,
+    d9_n6_a_permission_dies_with_its_agent,
+    d10_p3_queued_prompts_last_error_and_the_primary_session_are_in_the_summary,
+    d10_n3_a_turn_completed_by_start_up_recovery_runs_its_step_action,
+    d10_several_selected_options_reach_the_agent_live,
+    d11_script_lines_go_on_after_an_ask_timeout,
+);
+both!(d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it);
+
+fn answer(option: &str) -> Value {
+    json!({ "answers": [{ "question_id": "db", "selected_options": [option] }] })
+}
+
+const DB_QUESTION: &str = r#"{"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]}"#;
+const MORE_QUESTION: &str = r#"{"questions": [{"id": "more", "prompt": "Anything else?", "options": [{"id": "y", "label": "Yes"}, {"id": "n", "label": "No"}]}]}"#;
+
+/// The first question times out (detached, the turn goes on), then `rest`.
+fn timeout_then(rest: &str) -> String {
+    format!("e2e:ask-timeout(300, {DB_QUESTION})\n{rest}")
+}
+
+async fn respond(api: &Api, pending_id: &str, body: Value) -> (u16, Value) {
+    let (s, v) = api
+        .post(
+            &format!("/api/v1/clarifications/{pending_id}/respond"),
+            body,
+        )
+        .await;
+    (s.as_u16(), v)
+}
+
+async fn bundle(api: &Api, pending_id: &str) -> Value {
+    api.get(&format!("/api/v1/clarifications/{pending_id}"))
+        .await
+        .1
+}
+
+async fn wait_detached(api: &Api, pending_id: &str) {
+    api.wait_for(
+        &format!("/api/v1/clarifications/{pending_id}"),
+        "the question to detach",
+        |b| b["detached"] == true,
+    )
+    .await;
+}
+
+async fn resumes(api: &Api, session: &str) -> usize {
+    api.agent_lines(session)
+        .await
+        .iter()
+        .filter(|l| l.starts_with("Thanks, continuing"))
+        .count()
+}
+
+async fn session_of(api: &Api, task: &str) -> Value {
+    api.get(&format!("/api/v1/tasks/{task}/sessions")).await.1["sessions"][0].clone()
+}
+
+/// A pause at `point`: `arrived` gets a permit when a request reaches it, which then waits
+/// for a permit on `go`.
+fn pause_at(server: &TestServer, point: Point) -> (Arc<Semaphore>, Arc<Semaphore>) {
+    let (arrived, go) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let (a, g) = (arrived.clone(), go.clone());
+    server.state.hooks.set(point, move |_| {
+        let (a, g) = (a.clone(), g.clone());
+        async move {
+            a.add_permits(1);
+            g.acquire().await.expect("gate").forget();
+        }
+    });
+    (arrived, go)
+}
+
+fn respond_in_background(
+    api: &Api,
+    pending_id: &str,
+    body: Value,
+) -> tokio::task::JoinHandle<(u16, Value)> {
+    let (client, url) = (
+        api.client.clone(),
+        format!("{}/api/v1/clarifications/{pending_id}/respond", api.base),
+    );
+    tokio::spawn(async move {
+        let r = client.post(url).json(&body).send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    })
+}
+
+/// Defect 1: the resume could not be recorded after the claim; the claim stayed and a retry
+/// got `claimed: false` while the agent never heard the answer.
+async fn d1_a_failed_owe_after_the_claim_is_undone_and_a_retry_resumes_once(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = api.start_task(SHORT_TIMEOUT).await;
+    let pending = api.pending_id(&session).await;
+    api.wait_turns_done(&session, 1).await;
+    server.state.hooks.fail(Point::Owe, 1);
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["retryable"]), (500, &json!(true)), "{body}");
+    let b = bundle(&api, &pending).await;
+    assert_eq!(
+        (&b["status"], &b["active"]),
+        (&json!("pending"), &json!(true)),
+        "undone"
+    );
+    assert!(
+        server
+            .state
+            .repo
+            .owed_resumes(&session)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        session_of(&api, &task).await["pending_action"],
+        "clarification"
+    );
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    api.wait_turns_done(&session, 2).await;
+    assert_eq!(resumes(&api, &session).await, 1, "I4");
+    server.stop().await;
+}
+
+/// Defect 2: an agent crash dropped an accepted resume that waited behind the open turn.
+async fn d2_an_agent_crash_keeps_the_owed_answer_and_the_next_prompt_delivers_it_first(
+    url: String,
+) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let script = timeout_then(&format!("e2e:ask({MORE_QUESTION})\ne2e:exit(3)"));
+    let (task, session) = api.start_task(&script).await;
+    let pending = api.pending_id(&session).await;
+    wait_detached(&api, &pending).await;
+    // Answered while its turn still runs: owed behind it (accepted), then the agent crashes.
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    let t = api
+        .wait_for(&format!("/api/v1/tasks/{task}"), "the crash shown", |t| {
+            t["status_summary"]["last_error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("exited"))
+        })
+        .await;
+    assert!(
+        t["status_summary"]["last_error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("answer is kept")
+    );
+    let s = session_of(&api, &task).await;
+    assert_eq!(
+        s["state"], "waiting_for_input",
+        "not failed: an answer is owed"
+    );
+    assert_eq!(
+        server
+            .state
+            .repo
+            .owed_resumes(&session)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        bundle(&api, &pending).await["status"],
+        "answered",
+        "final (L18)"
+    );
+    // The next prompt relaunches the agent: the owed answer goes first, then the prompt.
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "e2e:message(\"after\")" }),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), &body["queued"]),
+        (200, &json!(true)),
+        "{body}"
+    );
+    api.wait_turns_done(&session, 3).await;
+    let lines = api.agent_lines(&session).await;
+    let resumed = lines
+        .iter()
+        .position(|l| l.starts_with("Thanks, continuing"));
+    let after = lines.iter().position(|l| l == "after");
+    assert!(resumed.is_some() && resumed < after, "{lines:?}");
+    assert_eq!(resumes(&api, &session).await, 1, "I4");
+    server.stop().await;
+}
+
+/// Defect 3: a resume queued in memory behind the open turn counted as accepted; a failed
+/// dispatch then restored the question. Now it is owed in the database before the 200, and a
+/// failed dispatch keeps it owed.
+async fn d3_an_answer_behind_an_open_turn_is_owed_at_once_and_survives_a_failed_dispatch(
+    url: String,
+) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = api.start_task(&timeout_then("e2e:delay(60000)")).await;
+    let pending = api.pending_id(&session).await;
+    wait_detached(&api, &pending).await;
+    server.state.hooks.fail(Point::Dispatch, 1);
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    let owed = server.state.repo.owed_resumes(&session).await.unwrap();
+    assert_eq!(owed.len(), 1, "durably owed before the 200");
+    // The open turn ends; the dispatch fails; the answer stays final and owed.
+    api.post(&format!("/api/v1/sessions/{session}/cancel"), json!({}))
+        .await;
+    api.wait_for(&format!("/api/v1/tasks/{task}"), "the failure shown", |t| {
+        t["status_summary"]["last_error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("injected failure at dispatch"))
+    })
+    .await;
+    assert_eq!(
+        bundle(&api, &pending).await["status"],
+        "answered",
+        "never restored"
+    );
+    assert_eq!(
+        server
+            .state
+            .repo
+            .owed_resumes(&session)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let (status, body) = api
+        .post(&format!("/api/v1/sessions/{session}/retry"), json!({}))
+        .await;
+    assert_eq!(
+        (status.as_u16(), &body["resumed"]),
+        (200, &json!(true)),
+        "{body}"
+    );
+    api.wait_turns_done(&session, 2).await;
+    assert_eq!(resumes(&api, &session).await, 1, "I4");
+    assert!(
+        server
+            .state
+            .repo
+            .owed_resumes(&session)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    server.stop().await;
+}
+
+async fn three_step_workflow(api: &Api) -> Value {
+    let steps = json!([{ "name": "A", "on_turn_complete": "move_to_next" }, { "name": "B", "on_turn_complete": "move_to_next" }, { "name": "C" }]);
+    api.post(
+        "/api/v1/workflows",
+        json!({ "name": "abc", "steps": steps }),
+    )
+    .await
+    .1
+}
+
+/// Defect 4: rejecting a detached question ran the step action while its turn was open; the
+/// turn's completion then ran it again (two steps for one turn).
+async fn d4_n3_a_rejection_while_the_turn_is_open_advances_the_task_once(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let wf = three_step_workflow(&api).await;
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "t", "workflow_id": wf["id"], "prompt": timeout_then("e2e:permission()") }),
+        )
+        .await;
+    let (task_id, session) = (
+        task["id"].as_str().unwrap().to_string(),
+        task["primary_session_id"].as_str().unwrap().to_string(),
+    );
+    let pending = api.pending_id(&session).await;
+    wait_detached(&api, &pending).await;
+    let permission = api
+        .wait_for(
+            &format!("/api/v1/sessions/{session}/messages"),
+            "the permission request",
+            |v| {
+                v["messages"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m["kind"] == "permission_request"))
+            },
+        )
+        .await["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["kind"] == "permission_request")
+        .unwrap()["pending_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The turn is still open (it waits for the permission): the rejection defers nothing.
+    let (status, body) = respond(&api, &pending, json!({ "rejected": true })).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{task_id}")).await.1["step_id"],
+        wf["steps"][0]["id"],
+        "no move while the turn is open"
+    );
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/permissions/{permission}/respond"),
+            json!({ "option_id": "allow" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let turns = api.wait_turns_done(&session, 1).await;
+    api.wait_for(&format!("/api/v1/tasks/{task_id}"), "step B", |t| {
+        t["step_id"] == wf["steps"][1]["id"]
+    })
+    .await;
+    // The completion ran the action once; nothing is left to run (I6).
+    let turn = server
+        .state
+        .repo
+        .get_turn(turns[0]["id"].as_str().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!turn.workflow_deferred);
+    assert!(
+        !turnstile::server::orchestrator::workflow::barrier_released(
+            &server.state,
+            &session,
+            &task_id,
+            &turn.id
+        )
+        .await
+    );
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{task_id}")).await.1["step_id"],
+        wf["steps"][1]["id"],
+        "one step for one turn"
+    );
+    server.stop().await;
+}
+
+/// Defect 5: a failed `finalize_delivery` after a live delivery answered 500 "retry", and
+/// recovery later reopened the question the agent had used. Now the delivery is recorded
+/// before the hand-over: a failure hands nothing over; nothing can fail after it.
+async fn d5_a_failed_finalize_hands_nothing_over_and_nothing_reopens_after_restart(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, session) = api.start_task("/e2e:clarification").await;
+    let pending = api.pending_id(&session).await;
+    server.state.hooks.fail(Point::Finalize, 1);
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["retryable"]), (500, &json!(true)), "{body}");
+    let b = bundle(&api, &pending).await;
+    assert_eq!(
+        (&b["status"], &b["active"]),
+        (&json!("pending"), &json!(true))
+    );
+    assert!(
+        !api.agent_lines(&session)
+            .await
+            .iter()
+            .any(|l| l.starts_with("You answered")),
+        "nothing reached the agent"
+    );
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    api.wait_turns_done(&session, 1).await;
+    let answered: Vec<String> = api
+        .agent_lines(&session)
+        .await
+        .into_iter()
+        .filter(|l| l.starts_with("You answered"))
+        .collect();
+    assert_eq!(answered.len(), 1, "delivered exactly once: {answered:?}");
+    server.stop().await;
+    let again = TestServer::start(&url).await;
+    let api = Api::new(&again.base);
+    let b = bundle(&api, &pending).await;
+    assert_eq!(
+        (&b["status"], &b["active"]),
+        (&json!("answered"), &json!(false)),
+        "not reopened"
+    );
+    again.stop().await;
+}
+
+/// Defect 6 (repository): a resume kept the `started_at` of its reservation, so a prompt
+/// handled between reservation and dispatch stayed current while the resume ran.
+async fn d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it(repo: Arc<dyn Repository>) {
+    use turnstile::model::{BundleStatus, SessionState};
+    use turnstile::server::repo::{Claim, ClaimOutcome, NewBundle, NewSession, NewTask};
+    let task = repo
+        .create_task(
+            &NewTask {
+                title: "t".into(),
+                ..Default::default()
+            },
+            1,
+        )
+        .await
+        .unwrap();
+    let session = repo
+        .create_session(
+            &NewSession {
+                task_id: task.id.clone(),
+                agent_profile_id: None,
+                name: "s".into(),
+                state: SessionState::WaitingForInput,
+                is_primary: true,
+                mcp_token_hash: None,
+            },
+            1,
+        )
+        .await
+        .unwrap();
+    let turn = |at: i64| NewTurn {
+        id: None,
+        session_id: session.id.clone(),
+        started_at: at,
+        created_at: at,
+    };
+    let t0 = repo.insert_turn(&turn(10)).await.unwrap();
+    let (b, _) = repo
+        .insert_bundle(
+            &NewBundle {
+                pending_id: None,
+                session_id: session.id.clone(),
+                turn_id: t0.id.clone(),
+                context: None,
+                dedup_key: "k".into(),
+                questions: vec![],
+                message_content: "?".into(),
+            },
+            11,
+        )
+        .await
+        .unwrap();
+    let claim = Claim {
+        status: BundleStatus::Answered,
+        response: "{}".into(),
+        reject_reason: None,
+    };
+    assert!(matches!(
+        repo.claim_bundle(&b.pending_id, &claim, 20).await.unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    let owed = repo
+        .owe_resume(&b.pending_id, "resume", 30)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        repo.current_turn_id(&session.id).await.unwrap(),
+        Some(owed.id.clone()),
+        "owed counts (L1)"
+    );
+    // A prompt handled in between starts later…
+    let prompt = repo.insert_turn(&turn(40)).await.unwrap();
+    assert_eq!(
+        repo.current_turn_id(&session.id).await.unwrap(),
+        Some(prompt.id.clone())
+    );
+    // …and the resume, once dispatched, is the current turn (it runs now).
+    assert!(repo.dispatch_resume(&owed.id, 50).await.unwrap());
+    assert!(
+        !repo.dispatch_resume(&owed.id, 51).await.unwrap(),
+        "exactly once"
+    );
+    assert_eq!(
+        repo.current_turn_id(&session.id).await.unwrap(),
+        Some(owed.id.clone())
+    );
+    assert!(
+        repo.owe_resume(&b.pending_id, "again", 60)
+            .await
+            .unwrap()
+            .is_none(),
+        "I4"
+    );
+}
+
+/// Defect 6 (service): the resume runs as the current turn, before prompts queued behind it.
+async fn d6_l1_the_resume_runs_as_the_current_turn_before_queued_prompts(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, session) = api.start_task(&timeout_then("e2e:delay(60000)")).await;
+    let pending = api.pending_id(&session).await;
+    wait_detached(&api, &pending).await;
+    let (status, _) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!(status, 200);
+    let (_, queued) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "e2e:message(\"prompted\")" }),
+        )
+        .await;
+    assert_eq!(queued["queued"], true);
+    api.post(&format!("/api/v1/sessions/{session}/cancel"), json!({}))
+        .await;
+    let turns = api.wait_turns_done(&session, 3).await;
+    let owed_turn = turns[1]["id"].as_str().unwrap();
+    let messages = api.messages(&session).await;
+    let resumed = messages
+        .iter()
+        .find(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("Thanks, continuing"))
+        })
+        .unwrap();
+    assert_eq!(
+        resumed["turn_id"], owed_turn,
+        "the resume ran in its own turn"
+    );
+    let prompted = messages
+        .iter()
+        .find(|m| m["content"] == "prompted")
+        .unwrap();
+    assert_eq!(
+        prompted["turn_id"], turns[2]["id"],
+        "the prompt came after, in a newer turn"
+    );
+    assert!(turns[1]["started_at"].as_str() < turns[2]["started_at"].as_str());
+    server.stop().await;
+}
+
+/// Defect 7: a loser classified its loss by a second read; when the winner's claim was undone
+/// in between, the loser got 409 for a question that was open again.
+async fn d7_l14_a_loser_wins_when_the_winners_claim_is_undone(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, session) = api.start_task(SHORT_TIMEOUT).await;
+    let pending = api.pending_id(&session).await;
+    api.wait_turns_done(&session, 1).await;
+    server.state.hooks.fail(Point::Owe, 1);
+    let (winner_at, winner_go) = pause_at(&server, Point::AfterClaim);
+    let (loser_at, loser_go) = pause_at(&server, Point::ClaimLost);
+    let winner = respond_in_background(&api, &pending, answer("postgresql"));
+    winner_at.acquire().await.unwrap().forget();
+    let loser = respond_in_background(&api, &pending, answer("sqlite"));
+    loser_at.acquire().await.unwrap().forget();
+    // The winner's resume cannot be owed: its claim is undone, and only then does the loser
+    // look at the question again.
+    server.state.hooks.clear(Point::AfterClaim);
+    winner_go.add_permits(1);
+    let (status, body) = winner.await.unwrap();
+    assert_eq!((status, &body["retryable"]), (500, &json!(true)), "{body}");
+    loser_go.add_permits(1);
+    let (status, body) = loser.await.unwrap();
+    assert_eq!(
+        (status, &body["claimed"]),
+        (200, &json!(true)),
+        "the open question is the loser's: {body}"
+    );
+    api.wait_turns_done(&session, 2).await;
+    let lines = api.agent_lines(&session).await;
+    assert!(lines.iter().any(|l| l.ends_with("A: sqlite")), "{lines:?}");
+    assert_eq!(resumes(&api, &session).await, 1);
+    server.stop().await;
+}
+
+/// Defect 8: a question could land in a turn that was just superseded and its agent waited
+/// for an answer nobody could give.
+async fn d8_l6_a_question_in_a_superseded_turn_is_refused_and_nobody_waits(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let script = timeout_then(&format!("e2e:ask({MORE_QUESTION})\ne2e:message(\"done\")"));
+    let (task, session) = api.start_task(&script).await;
+    let pending = api.pending_id(&session).await;
+    wait_detached(&api, &pending).await;
+    let (status, _) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!(status, 200);
+    // Asked before or after the answer was owed: either way the second question ends.
+    api.wait_turns_done(&session, 2).await;
+    let lines = api.agent_lines(&session).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("The question failed") && l.contains("superseded")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.ends_with("done")),
+        "the turn went on: {lines:?}"
+    );
+    assert_eq!(resumes(&api, &session).await, 1);
+    let s = session_of(&api, &task).await;
+    assert_eq!(s["pending_action"], Value::Null);
+    for b in server.state.repo.session_bundles(&session).await.unwrap() {
+        let b = server
+            .state
+            .repo
+            .get_bundle(&b.pending_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!b.active, "I1/I9: {} is active", b.record.pending_id);
+    }
+    server.stop().await;
+}
+
+/// L7 (defect 8): the session is `waiting_for_input` before anyone can see its question.
+async fn d8_l7_the_session_waits_before_its_question_is_visible(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let mut rx = server.state.hub.subscribe();
+    let (_, session) = api.start_task("/e2e:clarification").await;
+    let mut seen = Vec::new();
+    loop {
+        let e = next_event(&mut rx, |e| {
+            e.session_id.as_deref() == Some(session.as_str())
+        })
+        .await;
+        let label = match e.action.as_str() {
+            "session.state_changed" => {
+                format!("state:{}", e.payload["session"]["state"].as_str().unwrap())
+            }
+            "session.message.added" => {
+                format!("message:{}", e.payload["message"]["kind"].as_str().unwrap())
+            }
+            other => other.to_string(),
+        };
+        if label == "state:waiting_for_input" {
+            assert_eq!(
+                e.payload["session"]["pending_action"], "clarification",
+                "the state event carries the pending action"
+            );
+        }
+        let done = label == "clarification.requested";
+        seen.push(label);
+        if done {
+            break;
+        }
+    }
+    let at = |l: &str| seen.iter().position(|s| s == l).unwrap_or(usize::MAX);
+    assert!(
+        at("state:waiting_for_input") < at("message:clarification_request")
+            && at("message:clarification_request") < at("clarification.requested"),
+        "{seen:?}"
+    );
+    server.stop().await;
+}
+
+async fn wait_permission(api: &Api, task: &str, session: &str) -> String {
+    api.wait_for(
+        &format!("/api/v1/tasks/{task}/sessions"),
+        "the permission",
+        |v| v["sessions"][0]["pending_action"] == "permission",
+    )
+    .await;
+    api.messages(session)
+        .await
+        .iter()
+        .find(|m| m["kind"] == "permission_request")
+        .unwrap()["pending_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Defect 9: a permission request pending at a restart stayed a pending action forever and
+/// answering it returned 200 though its agent was gone.
+async fn d9_n6_a_permission_pending_at_restart_is_cancelled_and_answering_is_409(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = api.start_task("/e2e:permission").await;
+    let permission = wait_permission(&api, &task, &session).await;
+    let p = api
+        .get(&format!("/api/v1/permissions/{permission}"))
+        .await
+        .1;
+    assert_eq!(
+        (&p["status"], &p["options"][0]["id"]),
+        (&json!("pending"), &json!("allow"))
+    );
+    server.stop().await;
+    let again = TestServer::start(&url).await;
+    let api = Api::new(&again.base);
+    let p = api
+        .get(&format!("/api/v1/permissions/{permission}"))
+        .await
+        .1;
+    assert_eq!(p["status"], "cancelled");
+    assert_eq!(session_of(&api, &task).await["pending_action"], Value::Null);
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{task}")).await.1["task_pending_action"],
+        Value::Null
+    );
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/permissions/{permission}/respond"),
+            json!({ "option_id": "allow" }),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    again.stop().await;
+}
+
+/// N6: the agent process dies while its permission request waits.
+async fn d9_n6_a_permission_dies_with_its_agent(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let pid_file = support::temp_dir("pid").join("agent");
+    let (_, profile) = api
+        .post(
+            "/api/v1/agent-profiles",
+            json!({ "name": "pid", "command": "/bin/bash",
+                    "args": ["-c", r#"echo $$ > "$PIDFILE"; exec "$MOCK""#],
+                    "env": { "PIDFILE": pid_file.to_str().unwrap(), "MOCK": env!("CARGO_BIN_EXE_mock_agent") } }),
+        )
+        .await;
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "t", "prompt": "/e2e:permission", "agent_profile_id": profile["id"] }),
+        )
+        .await;
+    let (task, session) = (
+        task["id"].as_str().unwrap().to_string(),
+        task["primary_session_id"].as_str().unwrap().to_string(),
+    );
+    let permission = wait_permission(&api, &task, &session).await;
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill(2) on the agent process this test started.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    api.wait_for(
+        &format!("/api/v1/permissions/{permission}"),
+        "cancelled",
+        |p| p["status"] == "cancelled",
+    )
+    .await;
+    let (status, _) = api
+        .post(
+            &format!("/api/v1/permissions/{permission}/respond"),
+            json!({ "option_id": "allow" }),
+        )
+        .await;
+    assert_eq!(status, 409);
+    server.stop().await;
+}
+
+/// Defect 10: P3's queued-prompt count and last error were never written; a primary change
+/// did not refresh the summary.
+async fn d10_p3_queued_prompts_last_error_and_the_primary_session_are_in_the_summary(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = api.start_task("e2e:delay(60000)").await;
+    api.wait_for(&format!("/api/v1/tasks/{task}/sessions"), "running", |v| {
+        v["sessions"][0]["state"] == "running"
+    })
+    .await;
+    for n in 0..2 {
+        let (_, r) = api
+            .post(
+                &format!("/api/v1/sessions/{session}/prompt"),
+                json!({ "content": format!("e2e:message(\"{n}\")") }),
+            )
+            .await;
+        assert_eq!(r["queue_position"], n + 1);
+    }
+    api.wait_for(&format!("/api/v1/tasks/{task}"), "two queued", |t| {
+        t["status_summary"]["queued_prompt_count"] == 2
+    })
+    .await;
+    api.post(&format!("/api/v1/sessions/{session}/cancel"), json!({}))
+        .await;
+    api.wait_turns_done(&session, 3).await;
+    api.wait_for(&format!("/api/v1/tasks/{task}"), "none queued", |t| {
+        t["status_summary"]["queued_prompt_count"] == 0
+    })
+    .await;
+    // A crash is the task's last error.
+    api.post(
+        &format!("/api/v1/sessions/{session}/prompt"),
+        json!({ "content": "e2e:exit(7)" }),
+    )
+    .await;
+    api.wait_for(&format!("/api/v1/tasks/{task}"), "the last error", |t| {
+        t["status_summary"]["last_error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("exit status: 7"))
+    })
+    .await;
+    // A new primary session shows in the summary at once.
+    let (_, second) = api
+        .post(
+            &format!("/api/v1/tasks/{task}/sessions"),
+            json!({ "prompt": "e2e:message(\"two\")" }),
+        )
+        .await;
+    let second = second["id"].as_str().unwrap().to_string();
+    api.post(&format!("/api/v1/sessions/{second}/primary"), json!({}))
+        .await;
+    let t = api.get(&format!("/api/v1/tasks/{task}")).await.1;
+    assert_eq!(
+        t["status_summary"]["primary_session"]["id"],
+        second.as_str()
+    );
+    server.stop().await;
+}
+
+/// Defect 10 (N3): turns that start-up recovery completes run their step action too.
+async fn d10_n3_a_turn_completed_by_start_up_recovery_runs_its_step_action(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let wf = three_step_workflow(&api).await;
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "t", "workflow_id": wf["id"], "prompt": "e2e:delay(60000)" }),
+        )
+        .await;
+    let task_id = task["id"].as_str().unwrap().to_string();
+    api.wait_for(
+        &format!("/api/v1/tasks/{task_id}/sessions"),
+        "running",
+        |v| v["sessions"][0]["state"] == "running",
+    )
+    .await;
+    server.stop().await;
+    let again = TestServer::start(&url).await;
+    let api = Api::new(&again.base);
+    let t = api.get(&format!("/api/v1/tasks/{task_id}")).await.1;
+    assert_eq!(
+        t["step_id"], wf["steps"][1]["id"],
+        "the recovered turn moved the task once"
+    );
+    again.stop().await;
+}
+
+/// Defect 10: several selected options were cut to the first when delivered live.
+async fn d10_several_selected_options_reach_the_agent_live(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, session) = api.start_task("/e2e:clarification").await;
+    let pending = api.pending_id(&session).await;
+    let (status, body) = respond(
+        &api,
+        &pending,
+        json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite", "postgresql"] }] }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    api.wait_turns_done(&session, 1).await;
+    let lines = api.agent_lines(&session).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(r#""selected_options":["sqlite","postgresql"]"#)),
+        "{lines:?}"
+    );
+    server.stop().await;
+}
+
+/// Defect 11: a script's `e2e:ask-timeout` ended the turn; the lines after it never ran.
+async fn d11_script_lines_go_on_after_an_ask_timeout(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, session) = api
+        .start_task(&timeout_then("e2e:message(\"still in the same turn\")"))
+        .await;
+    let turns = api.wait_turns_done(&session, 1).await;
+    let messages = api.messages(&session).await;
+    // Consecutive agent lines stream into one reply message.
+    let still = messages
+        .iter()
+        .find(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.ends_with("still in the same turn"))
+        })
+        .expect("the next line ran");
+    assert_eq!(still["turn_id"], turns[0]["id"]);
+    until("one turn only", async || {
+        api.wait_turns_done(&session, 1).await.len() == 1
+    })
+    .await;
+    server.stop().await;
+}
