@@ -7,6 +7,8 @@
 pub mod api;
 pub mod app;
 pub mod client;
+#[cfg(feature = "ssr")]
+pub mod mock_agent;
 pub mod model;
 #[cfg(feature = "ssr")]
 pub mod server;

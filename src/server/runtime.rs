@@ -27,6 +27,8 @@ pub struct RuntimeConfig {
     pub agent_start_timeout: Duration,
     /// Agent processes that may run at once (idle ones are stopped to make room).
     pub max_agents: usize,
+    /// Tests: the `mock` profile runs the mock agent inside this process, recording prompts.
+    pub in_process_mock: Option<crate::mock_agent::InProcess>,
 }
 
 /// A map where exactly one party can take an entry (L13/L15: one of respond, cancel, timeout,

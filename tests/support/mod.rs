@@ -64,6 +64,24 @@ pub async fn postgres_repo() -> Option<Arc<dyn Repository>> {
     Some(repo::connect(&url).await.expect("open postgres"))
 }
 
+/// Records that a story ran on `database`, for `tests/zz_story_counts.rs`, which runs last in
+/// the same `cargo test` and prints how many stories ran on each database (one file per
+/// `cargo test` run, named after cargo's process id).
+pub fn count_story(database: &str) {
+    use std::io::Write;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("story-counts");
+    let _ = std::fs::create_dir_all(&dir);
+    // SAFETY: getppid(2) has no preconditions.
+    let cargo = unsafe { libc::getppid() };
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(cargo.to_string()))
+    {
+        let _ = f.write_all(format!("{database}\n").as_bytes());
+    }
+}
+
 /// Runs one story against SQLite and PostgreSQL: `both!(story_fn)` defines `mod story_fn`
 /// with a `sqlite` and a `postgres` test.
 #[macro_export]
@@ -74,12 +92,14 @@ macro_rules! both {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
                     super::$story($crate::support::sqlite_repo().await).await;
+                    $crate::support::count_story("sqlite");
                 }
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
                     if let Some(repo) = $crate::support::postgres_repo().await {
                         super::$story(repo).await;
+                        $crate::support::count_story("postgres");
                     }
                 }
             }
@@ -136,6 +156,7 @@ impl TestServer {
             ask_timeout: std::time::Duration::from_secs(7200),
             agent_start_timeout: std::time::Duration::from_secs(30),
             max_agents: 16,
+            in_process_mock: None,
         };
         tune(&mut runtime);
         let state = startup::build_state(repo, options, Clock::System, runtime)
@@ -177,12 +198,14 @@ macro_rules! both_http {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
                     super::$story($crate::support::sqlite_url()).await;
+                    $crate::support::count_story("sqlite");
                 }
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
                     if let Some(url) = $crate::support::postgres_url().await {
                         super::$story(url).await;
+                        $crate::support::count_story("postgres");
                     }
                 }
             }

@@ -34,6 +34,8 @@ pub struct LaunchSpec {
     pub mcp_token: String,
     /// Resume this ACP session with `session/load` when the agent supports it.
     pub load_session: Option<String>,
+    /// Run the bundled mock agent inside this process instead of `command` (tests).
+    pub in_process: Option<crate::mock_agent::InProcess>,
 }
 
 /// A permission request waiting for the human; answer with `Some(option_id)` or `None`
@@ -129,16 +131,46 @@ pub async fn launch(
     start_timeout: std::time::Duration,
 ) -> Result<(AgentConnection, mpsc::Receiver<AgentEvent>), String> {
     let (events, events_rx) = mpsc::channel(EVENT_BUFFER);
-    let mut child = process::spawn(&spec.command, &spec.args, &spec.env, &spec.cwd)?;
-    let pid = child.id();
-    let stdin = child.stdin.take().ok_or("agent stdin unavailable")?;
-    let stdout = child.stdout.take().ok_or("agent stdout unavailable")?;
-    let tail = child
-        .stderr
-        .take()
-        .map(StderrTail::capture)
-        .unwrap_or_default();
-    let transport = ByteStreams::new(stdin.compat_write(), stdout.compat());
+    type Out = Box<dyn futures::AsyncWrite + Send + Unpin>;
+    type In = Box<dyn futures::AsyncRead + Send + Unpin>;
+    let (mut runner, tail, transport) = match &spec.in_process {
+        Some(mock) => {
+            let (ours, theirs) = tokio::io::duplex(64 * 1024);
+            let (their_in, their_out) = tokio::io::split(theirs);
+            let mock = mock.clone();
+            let agent = tokio::spawn(async move {
+                let _ = crate::mock_agent::serve(
+                    their_in.compat(),
+                    their_out.compat_write(),
+                    Some(mock),
+                )
+                .await;
+            });
+            let (our_in, our_out) = tokio::io::split(ours);
+            let transport = ByteStreams::new(
+                Box::new(our_out.compat_write()) as Out,
+                Box::new(our_in.compat()) as In,
+            );
+            (Runner::InProcess(agent), StderrTail::default(), transport)
+        }
+        None => {
+            let mut child = process::spawn(&spec.command, &spec.args, &spec.env, &spec.cwd)?;
+            let stdin = child.stdin.take().ok_or("agent stdin unavailable")?;
+            let stdout = child.stdout.take().ok_or("agent stdout unavailable")?;
+            let tail = child
+                .stderr
+                .take()
+                .map(StderrTail::capture)
+                .unwrap_or_default();
+            let transport = ByteStreams::new(
+                Box::new(stdin.compat_write()) as Out,
+                Box::new(stdout.compat()) as In,
+            );
+            (Runner::Process(child), tail, transport)
+        }
+    };
+    let stopped_by_us = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = stopped_by_us.clone();
 
     let (conn_tx, conn_rx) = oneshot::channel::<v1::ConnectionTo<Agent>>();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -211,25 +243,20 @@ pub async fn launch(
             let _ = conn_tx.send(cx.clone());
             tokio::select! {
                 _ = cx.incoming_closed() => {}
-                _ = stop_rx => {}
+                _ = stop_rx => stopping.store(true, std::sync::atomic::Ordering::SeqCst),
             }
             Ok(())
         });
     let exit_tail = tail.clone();
+    let pid = runner.pid();
     tokio::spawn(async move {
         let result = driver.await;
-        // The connection is over: nothing of the agent may outlive it. Kill the group before
-        // reaping the leader (so the group id cannot have been reused), then report.
-        let exited_on_its_own = matches!(child.try_wait(), Ok(Some(_)));
-        if let Some(pid) = pid {
-            process::kill_group(pid);
-        }
-        let status = tokio::time::timeout(std::time::Duration::from_secs(5), child.wait()).await;
-        let reason = match (result, status) {
+        let asked = stopped_by_us.load(std::sync::atomic::Ordering::SeqCst);
+        let reason = match (result, runner.end(asked).await) {
             (Err(e), _) => format!("agent connection failed: {e}"),
-            (Ok(()), Ok(Ok(status))) if exited_on_its_own => format!("agent exited ({status})"),
-            (Ok(()), Ok(Ok(_))) => "agent stopped".to_string(),
-            (Ok(()), _) => "agent connection closed".to_string(),
+            (Ok(()), _) if asked => "agent stopped".to_string(),
+            (Ok(()), Some(status)) => format!("agent exited ({status})"),
+            (Ok(()), None) => "agent connection closed".to_string(),
         };
         let _ = exited
             .send(AgentEvent::Exited(exit_tail.explain(&reason)))
@@ -254,12 +281,55 @@ pub async fn launch(
         Err(_) => {
             let _ = stop_tx.send(());
             if let Some(pid) = pid {
+                // Now, not when the connection notices: the agent may ignore its closed pipes.
                 process::kill_group(pid);
             }
             Err(tail.explain(&format!(
                 "the agent did not complete the ACP handshake within {} s; it was stopped",
                 start_timeout.as_secs()
             )))
+        }
+    }
+}
+
+/// What runs the agent: a process (its group killed when the connection ends) or, in tests,
+/// the mock agent inside this process.
+enum Runner {
+    Process(tokio::process::Child),
+    InProcess(tokio::task::JoinHandle<()>),
+}
+
+impl Runner {
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Runner::Process(child) => child.id(),
+            Runner::InProcess(_) => None,
+        }
+    }
+
+    /// The connection is over: nothing of the agent may outlive it. An agent that ended on its
+    /// own is given a moment to exit (for its status); then its group is killed before the
+    /// leader is reaped (so the group id cannot have been reused). Returns how it exited.
+    async fn end(&mut self, asked: bool) -> Option<std::process::ExitStatus> {
+        match self {
+            Runner::Process(child) => {
+                let grace = std::time::Duration::from_secs(if asked { 0 } else { 2 });
+                let early = tokio::time::timeout(grace, child.wait()).await;
+                if let Some(pid) = child.id() {
+                    process::kill_group(pid);
+                }
+                match early {
+                    Ok(Ok(status)) => Some(status),
+                    _ => tokio::time::timeout(std::time::Duration::from_secs(5), child.wait())
+                        .await
+                        .ok()
+                        .and_then(Result::ok),
+                }
+            }
+            Runner::InProcess(agent) => {
+                agent.abort();
+                None
+            }
         }
     }
 }

@@ -74,7 +74,8 @@ pub async fn launch_spec(
             .map_err(|e| e.to_string())?,
     }
     .ok_or("the session's agent profile no longer exists")?;
-    let command = if profile.name == MOCK_PROFILE {
+    let is_mock = profile.name == MOCK_PROFILE;
+    let command = if is_mock {
         state.runtime.config.mock_agent.clone()
     } else {
         PathBuf::from(&profile.command)
@@ -91,6 +92,12 @@ pub async fn launch_spec(
         mcp_url: format!("{}/mcp", state.runtime.config.self_url),
         mcp_token: token,
         load_session: session.acp_session_id.clone(),
+        in_process: state
+            .runtime
+            .config
+            .in_process_mock
+            .clone()
+            .filter(|_| is_mock),
     };
     Ok((spec, hash))
 }

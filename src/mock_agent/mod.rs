@@ -1,0 +1,391 @@
+//! The bundled mock agent: a deterministic ACP agent that asks questions through the server's
+//! MCP tool like any real agent (docs/api.md "The bundled mock agent"). The `mock_agent`
+//! binary serves it over stdio (stdout is the protocol channel: diagnostics go to stderr);
+//! tests that need thousands of agents run it in process over a pipe ([`InProcess`]), where
+//! "exiting" ends the connection instead of the process.
+
+pub mod script;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_client_protocol::v1::{
+    self,
+    schema::{
+        AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Implementation,
+        InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
+        McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse, PermissionOption,
+        PermissionOptionKind, PromptRequest, PromptResponse, RequestPermissionOutcome,
+        RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason,
+        ToolCall, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    },
+};
+use agent_client_protocol::{Agent, ByteStreams, Client};
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use script::Step;
+use tokio_util::sync::CancellationToken;
+
+type McpClient = Arc<RunningService<RoleClient, ()>>;
+
+#[derive(Clone, Default)]
+struct Endpoint {
+    url: String,
+    token: String,
+}
+
+/// A mock agent running inside the server process (tests): every prompt it receives is
+/// recorded, so a test can count deliveries at the agent (I4).
+#[derive(Clone, Debug, Default)]
+pub struct InProcess {
+    pub prompts: Arc<Mutex<Vec<String>>>,
+}
+
+#[derive(Default)]
+struct MockState {
+    /// Set in process: `e2e:exit` ends the connection (not the process) and prompts are recorded.
+    in_process: Option<InProcess>,
+    /// Cancelled to "exit" in process.
+    exit: CancellationToken,
+    next: Mutex<u64>,
+    endpoints: Mutex<HashMap<String, Endpoint>>,
+    clients: tokio::sync::Mutex<HashMap<String, McpClient>>,
+    cancelled: Mutex<HashSet<String>>,
+    /// Wakes a running `e2e:delay` when a cancel arrives (ACP: stop as soon as possible).
+    cancel_signal: tokio::sync::Notify,
+}
+
+impl MockState {
+    /// A crash: the process exits with `code`; in process, the connection ends.
+    fn exit_now(&self, code: i32) {
+        if self.in_process.is_some() {
+            self.exit.cancel();
+        } else {
+            std::process::exit(code)
+        }
+    }
+
+    fn remember(&self, session: &str, servers: &[McpServer]) {
+        for s in servers {
+            if let McpServer::Http(h) = s {
+                let token = h
+                    .headers
+                    .iter()
+                    .find(|x| x.name.eq_ignore_ascii_case("authorization"))
+                    .map(|x| x.value.trim_start_matches("Bearer ").to_string())
+                    .unwrap_or_default();
+                self.endpoints.lock().unwrap().insert(
+                    session.to_string(),
+                    Endpoint {
+                        url: h.url.clone(),
+                        token,
+                    },
+                );
+            }
+        }
+    }
+
+    async fn client(&self, session: &str) -> Result<McpClient, String> {
+        let mut clients = self.clients.lock().await;
+        if let Some(c) = clients.get(session) {
+            return Ok(c.clone());
+        }
+        let ep = self
+            .endpoints
+            .lock()
+            .unwrap()
+            .get(session)
+            .cloned()
+            .ok_or("no MCP server was given")?;
+        let config = StreamableHttpClientTransportConfig::with_uri(ep.url).auth_header(ep.token);
+        let client =
+            ().serve(StreamableHttpClientTransport::from_config(config))
+                .await
+                .map_err(|e| format!("MCP connect failed: {e}"))?;
+        let client = Arc::new(client);
+        clients.insert(session.to_string(), client.clone());
+        Ok(client)
+    }
+}
+
+fn halves(s: &str) -> (String, String) {
+    let mid = s
+        .char_indices()
+        .nth(s.chars().count() / 2)
+        .map(|(i, _)| i)
+        .unwrap_or(s.len());
+    (s[..mid].to_string(), s[mid..].to_string())
+}
+
+/// Runs one prompt's steps; returns the stop reason.
+async fn run_prompt(
+    st: Arc<MockState>,
+    conn: v1::ConnectionTo<Client>,
+    sid: SessionId,
+    text: String,
+) -> StopReason {
+    let say = |s: String| {
+        // Two chunks per reply: the client must coalesce them into one message.
+        let (a, b) = halves(&s);
+        for part in [a, b].into_iter().filter(|p| !p.is_empty()) {
+            let _ = conn.send_notification(SessionNotification::new(
+                sid.clone(),
+                SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::from(part))),
+            ));
+        }
+    };
+    let steps = match script::parse(&text) {
+        Ok(steps) => steps,
+        Err(e) => {
+            say(format!("Script error: {e}"));
+            return StopReason::EndTurn;
+        }
+    };
+    let key = sid.0.to_string();
+    for step in steps {
+        if st.cancelled.lock().unwrap().remove(&key) {
+            return StopReason::Cancelled;
+        }
+        match step {
+            Step::Say(s)
+                if s.starts_with("Thanks, continuing")
+                    && std::env::var_os("MOCK_AGENT_EXIT_ON_RESUME").is_some() =>
+            {
+                // A test knob: crash right after accepting a resume prompt (L18 after acceptance).
+                st.exit_now(4);
+                return StopReason::EndTurn;
+            }
+            Step::Say(s) => say(s),
+            Step::Delay(ms) => {
+                let sleep = tokio::time::sleep(Duration::from_millis(ms));
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        _ = st.cancel_signal.notified() => {
+                            if st.cancelled.lock().unwrap().remove(&key) {
+                                return StopReason::Cancelled;
+                            }
+                        }
+                    }
+                }
+            }
+            Step::Exit(code) => {
+                st.exit_now(code);
+                return StopReason::EndTurn;
+            }
+            Step::Ask {
+                input,
+                timeout_ms,
+                reply_with_answer,
+                end_turn_on_timeout,
+            } => {
+                let client = match st.client(&key).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        say(format!("The question failed: {e}"));
+                        continue;
+                    }
+                };
+                let args = rmcp::model::object(input);
+                let call = client.call_tool(
+                    CallToolRequestParams::new("ask_user_question").with_arguments(args),
+                );
+                let result = match timeout_ms {
+                    Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), call).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            say("Question timed out, continuing without answer.".into());
+                            if end_turn_on_timeout {
+                                return StopReason::EndTurn;
+                            }
+                            continue;
+                        }
+                    },
+                    None => call.await,
+                };
+                match result {
+                    Ok(r) if r.is_error.unwrap_or(false) => {
+                        let text: Vec<String> = r
+                            .content
+                            .iter()
+                            .filter_map(|c| c.as_text())
+                            .map(|t| t.text.clone())
+                            .collect();
+                        say(format!("The question failed: {}", text.join(" ")));
+                    }
+                    Ok(r) if reply_with_answer => {
+                        let answer = r.structured_content.clone().unwrap_or_default();
+                        say(format!("You answered: {answer}"));
+                    }
+                    Ok(_) => {}
+                    Err(e) => say(format!("The question failed: {e}")),
+                }
+            }
+            Step::Permission => {
+                let _ = conn.send_notification(SessionNotification::new(
+                    sid.clone(),
+                    SessionUpdate::ToolCall(
+                        ToolCall::new("call-1", "Run the test suite")
+                            .kind(ToolKind::Execute)
+                            .status(ToolCallStatus::Pending),
+                    ),
+                ));
+                let answer = conn
+                    .send_request(RequestPermissionRequest::new(
+                        sid.clone(),
+                        ToolCallUpdate::new(
+                            "call-1",
+                            ToolCallUpdateFields::new().title("Run the test suite"),
+                        ),
+                        vec![
+                            PermissionOption::new(
+                                "allow",
+                                "Allow",
+                                PermissionOptionKind::AllowOnce,
+                            ),
+                            PermissionOption::new(
+                                "reject",
+                                "Reject",
+                                PermissionOptionKind::RejectOnce,
+                            ),
+                        ],
+                    ))
+                    .block_task()
+                    .await;
+                let verdict = match answer.map(|r| r.outcome) {
+                    Ok(RequestPermissionOutcome::Selected(sel)) => {
+                        format!("selected {}", sel.option_id.0)
+                    }
+                    Ok(_) => "cancelled".to_string(),
+                    Err(e) => format!("failed: {e}"),
+                };
+                say(format!("Permission outcome: {verdict}"));
+            }
+        }
+    }
+    StopReason::EndTurn
+}
+
+/// Serves one ACP connection over `incoming`/`outgoing` until it closes (or, in process, the
+/// agent "exits").
+pub async fn serve<R, W>(
+    incoming: R,
+    outgoing: W,
+    in_process: Option<InProcess>,
+) -> agent_client_protocol::Result<()>
+where
+    R: futures::AsyncRead + Send + 'static,
+    W: futures::AsyncWrite + Send + 'static,
+{
+    let st = Arc::new(MockState {
+        in_process,
+        ..MockState::default()
+    });
+    let exit = st.exit.clone();
+    let on_new = st.clone();
+    let on_load = st.clone();
+    let on_prompt = st.clone();
+    let on_cancel = st.clone();
+    Agent
+        .v1()
+        .name("mock-agent")
+        .on_receive_request(
+            async |req: InitializeRequest,
+                   responder: v1::Responder<InitializeResponse>,
+                   _cx: v1::ConnectionTo<Client>| {
+                responder.respond(
+                    InitializeResponse::new(req.protocol_version)
+                        .agent_capabilities(
+                            AgentCapabilities::new()
+                                .load_session(true)
+                                .mcp_capabilities(McpCapabilities::new().http(true)),
+                        )
+                        .agent_info(Implementation::new(
+                            "turnstile-mock-agent",
+                            env!("CARGO_PKG_VERSION"),
+                        )),
+                )
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: NewSessionRequest,
+                        responder: v1::Responder<NewSessionResponse>,
+                        _cx: v1::ConnectionTo<Client>| {
+                let id = {
+                    let mut n = on_new.next.lock().unwrap();
+                    *n += 1;
+                    format!("mock-{}-{}", uuid::Uuid::new_v4().simple(), *n)
+                };
+                on_new.remember(&id, &req.mcp_servers);
+                responder.respond(NewSessionResponse::new(SessionId::new(id)))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: LoadSessionRequest,
+                        responder: v1::Responder<LoadSessionResponse>,
+                        _cx: v1::ConnectionTo<Client>| {
+                on_load.remember(&req.session_id.0, &req.mcp_servers);
+                responder.respond(LoadSessionResponse::new())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: PromptRequest,
+                        responder: v1::Responder<PromptResponse>,
+                        cx: v1::ConnectionTo<Client>| {
+                let st = on_prompt.clone();
+                let conn = cx.clone();
+                let text: String = req
+                    .prompt
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::Text(t) => Some(t.text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                st.cancelled.lock().unwrap().remove(&*req.session_id.0);
+                if let Some(p) = &st.in_process {
+                    p.prompts.lock().unwrap().push(text.clone());
+                }
+                // Steps await the client (MCP answers, permissions): never in the dispatch loop.
+                cx.spawn(async move {
+                    let stop = run_prompt(st, conn, req.session_id.clone(), text).await;
+                    if let Err(e) = responder.respond(PromptResponse::new(stop)) {
+                        eprintln!("mock agent: prompt reply failed: {e:?}");
+                    }
+                    Ok(())
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |n: CancelNotification, _cx: v1::ConnectionTo<Client>| {
+                on_cancel
+                    .cancelled
+                    .lock()
+                    .unwrap()
+                    .insert(n.session_id.0.to_string());
+                on_cancel.cancel_signal.notify_waiters();
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_with(
+            ByteStreams::new(outgoing, incoming),
+            async move |cx: v1::ConnectionTo<Client>| {
+                tokio::select! {
+                    _ = cx.incoming_closed() => {}
+                    _ = exit.cancelled() => {}
+                }
+                Ok(())
+            },
+        )
+        .await
+}
