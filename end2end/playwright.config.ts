@@ -7,6 +7,9 @@ import * as path from "node:path";
 const port = Number(process.env.E2E_PORT ?? 3107);
 const dataDir = process.env.E2E_DATA_DIR ?? path.join(os.tmpdir(), `turnstile-e2e-${port}`);
 const baseURL = `http://127.0.0.1:${port}`;
+// A second server with an access token, as when Turnstile is used from a phone on the LAN.
+export const lanPort = Number(process.env.E2E_LAN_PORT ?? port + 1);
+export const lanToken = "e2e-lan-token-0123456789";
 
 const chromium = {
   // Debian's Chromium: Playwright never downloads a browser here (design/toolchain.md).
@@ -42,13 +45,24 @@ export default defineConfig({
       use: { ...devices["Pixel 7"], launchOptions: chromium },
     },
   ],
-  webServer: {
-    command: `../target/debug/turnstile --addr 127.0.0.1:${port} --data-dir ${dataDir}`,
-    url: `${baseURL}/healthz`,
-    env: { LEPTOS_SITE_ROOT: "../target/site", RUST_LOG: "warn" },
-    reuseExistingServer: false,
-    timeout: 60_000,
-    stdout: "ignore",
-    stderr: "pipe",
-  },
+  webServer: [
+    {
+      command: `../target/debug/turnstile --addr 127.0.0.1:${port} --data-dir ${dataDir}`,
+      url: `${baseURL}/healthz`,
+      env: { LEPTOS_SITE_ROOT: "../target/site", RUST_LOG: "warn" },
+      reuseExistingServer: false,
+      timeout: 60_000,
+      stdout: "ignore",
+      stderr: "pipe",
+    },
+    {
+      command: `../target/debug/turnstile --addr 127.0.0.1:${lanPort} --data-dir ${dataDir}-lan`,
+      url: `http://127.0.0.1:${lanPort}/healthz`,
+      env: { LEPTOS_SITE_ROOT: "../target/site", RUST_LOG: "warn", ACCESS_TOKEN: lanToken },
+      reuseExistingServer: false,
+      timeout: 60_000,
+      stdout: "ignore",
+      stderr: "pipe",
+    },
+  ],
 });

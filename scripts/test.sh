@@ -29,8 +29,13 @@ cargo test --all-targets
 "$ROOT/scripts/build.sh"
 
 log "end-to-end tests (Playwright, Chromium)"
-E2E_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Two distinct free ports: the default server and one with an access token (LAN use).
+read -r E2E_PORT E2E_LAN_PORT < <(python3 -c '
+import socket
+a, b = socket.socket(), socket.socket()
+a.bind(("127.0.0.1", 0)); b.bind(("127.0.0.1", 0))
+print(a.getsockname()[1], b.getsockname()[1])')
 E2E_DATA_DIR=$(mktemp -d /tmp/turnstile-e2e.XXXXXX)
-export E2E_PORT E2E_DATA_DIR
+export E2E_PORT E2E_LAN_PORT E2E_DATA_DIR
 (cd end2end && npx playwright test)
-rm -rf "$E2E_DATA_DIR"
+rm -rf "$E2E_DATA_DIR" "$E2E_DATA_DIR-lan"

@@ -227,3 +227,64 @@ async fn p10_rolled_back_ask_publishes_nothing(url: String) {
     }
     server.stop().await;
 }
+
+both_http!(an_mcp_session_answers_only_the_token_that_opened_it);
+
+/// An rmcp session id is bound to the session token that opened it: another agent's valid
+/// token cannot use it.
+async fn an_mcp_session_answers_only_the_token_that_opened_it(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let mut tokens = Vec::new();
+    for (n, token) in ["owner-token-0123456789", "other-token-0123456789"]
+        .iter()
+        .enumerate()
+    {
+        let (_, task) = api
+            .post(
+                "/api/v1/tasks",
+                json!({ "title": format!("t{n}"), "prompt": "e2e:delay(60000)" }),
+            )
+            .await;
+        let session = task["primary_session_id"].as_str().unwrap().to_string();
+        api.wait_for(
+            &format!("/api/v1/tasks/{}/sessions", task["id"].as_str().unwrap()),
+            "running",
+            |v| v["sessions"][0]["state"] == "running",
+        )
+        .await;
+        server
+            .state
+            .repo
+            .set_mcp_token_hash(&session, &hash_token(token))
+            .await
+            .unwrap();
+        tokens.push(*token);
+    }
+    let c = reqwest::Client::new();
+    let post = |token: &str, session: Option<&str>, body: Value| {
+        let mut r = c
+            .post(server.url("/mcp"))
+            .header("authorization", format!("Bearer {token}"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(s) = session {
+            r = r.header("mcp-session-id", s);
+        }
+        r.send()
+    };
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": { "name": "probe", "version": "0" } } });
+    let r = post(tokens[0], None, init).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let mcp_session = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let ping = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+    let r = post(tokens[1], Some(&mcp_session), ping.clone())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "another token cannot use this MCP session");
+    let r = post(tokens[0], Some(&mcp_session), ping).await.unwrap();
+    assert_ne!(r.status(), 401, "the owner can");
+    server.stop().await;
+}

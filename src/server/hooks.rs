@@ -77,6 +77,16 @@ impl Hooks {
             .insert(point, times);
     }
 
+    /// Failures still armed at `point`.
+    pub fn armed(&self, point: Point) -> u32 {
+        self.faults
+            .read()
+            .expect("faults lock")
+            .get(&point)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// `Err` when a failure is armed at `point` (and uses it up).
     pub fn check(&self, point: Point) -> Result<(), RepoError> {
         if self.faults.read().expect("faults lock").is_empty() {

@@ -15,9 +15,18 @@ pub fn temp_dir(prefix: &str) -> PathBuf {
     dir
 }
 
-/// A URL for a fresh, empty SQLite database file.
+/// A URL for a fresh, empty SQLite database file, in memory-backed `/dev/shm` when the machine
+/// has it (the server syncs every commit to disk, which would make tests crawl).
 pub fn sqlite_url() -> String {
-    format!("sqlite:{}", temp_dir("sqlite").join("test.db").display())
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        let d = shm.join(format!("turnstile-sqlite-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&d).expect("create shm dir");
+        d
+    } else {
+        temp_dir("sqlite")
+    };
+    format!("sqlite:{}", dir.join("test.db").display())
 }
 
 /// A URL for a fresh, empty PostgreSQL database, or `None` (skipped) when no server is given.
@@ -410,7 +419,7 @@ impl Api {
 /// Row counts of the tables a request could write to (summaries excluded: reads reconcile
 /// them, P7). Equal before and after means "nothing was written".
 pub async fn table_counts(url: &str) -> std::collections::BTreeMap<&'static str, i64> {
-    use sqlx::Connection;
+    use sqlx::{Connection, Row};
     const TABLES: [&str; 9] = [
         "tasks",
         "sessions",
@@ -422,23 +431,25 @@ pub async fn table_counts(url: &str) -> std::collections::BTreeMap<&'static str,
         "agent_profiles",
         "workflows",
     ];
+    let sql = TABLES
+        .iter()
+        .map(|t| format!("(SELECT COUNT(*) FROM {t}) AS {t}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = sqlx::AssertSqlSafe(format!("SELECT {sql}"));
     let mut out = std::collections::BTreeMap::new();
-    for table in TABLES {
-        let sql = sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}"));
-        let n: i64 = if url.starts_with("sqlite:") {
-            let mut c = sqlx::SqliteConnection::connect(url).await.expect("sqlite");
-            sqlx::query_scalar(sql)
-                .fetch_one(&mut c)
-                .await
-                .expect("count")
-        } else {
-            let mut c = sqlx::PgConnection::connect(url).await.expect("postgres");
-            sqlx::query_scalar(sql)
-                .fetch_one(&mut c)
-                .await
-                .expect("count")
-        };
-        out.insert(table, n);
+    if url.starts_with("sqlite:") {
+        let mut c = sqlx::SqliteConnection::connect(url).await.expect("sqlite");
+        let row = sqlx::query(sql).fetch_one(&mut c).await.expect("counts");
+        for t in TABLES {
+            out.insert(t, row.get::<i64, _>(t));
+        }
+    } else {
+        let mut c = sqlx::PgConnection::connect(url).await.expect("postgres");
+        let row = sqlx::query(sql).fetch_one(&mut c).await.expect("counts");
+        for t in TABLES {
+            out.insert(t, row.get::<i64, _>(t));
+        }
     }
     out
 }

@@ -4,6 +4,8 @@
 //! before its completion. Every channel is bounded; a full one is a clear error, not memory.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
@@ -70,16 +72,22 @@ impl From<WorkerError> for AppError {
 pub struct SessionHandle {
     tx: mpsc::Sender<Command>,
     stop: CancellationToken,
+    /// Commands sent and not yet handled, plus one while the worker handles anything.
+    busy: Arc<AtomicUsize>,
 }
 
 impl SessionHandle {
     pub fn send(&self, command: Command) -> Result<(), AppError> {
-        self.tx.try_send(command).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => {
-                AppError::Unavailable("the session is busy; try again in a moment".into())
-            }
-            mpsc::error::TrySendError::Closed(_) => {
-                AppError::Unavailable("the session worker has stopped".into())
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        self.tx.try_send(command).map_err(|e| {
+            self.busy.fetch_sub(1, Ordering::SeqCst);
+            match e {
+                mpsc::error::TrySendError::Full(_) => {
+                    AppError::Unavailable("the session is busy; try again in a moment".into())
+                }
+                mpsc::error::TrySendError::Closed(_) => {
+                    AppError::Unavailable("the session worker has stopped".into())
+                }
             }
         })
     }
@@ -87,6 +95,19 @@ impl SessionHandle {
     fn is_alive(&self) -> bool {
         !self.tx.is_closed() && !self.stop.is_cancelled()
     }
+}
+
+/// Whether the session's worker has nothing to do right now: no command waiting or being
+/// handled, no agent event being handled (tests use it to find quiescent points; the agent
+/// itself only acts within an open turn, which the database shows).
+pub fn is_idle(state: &AppState, session_id: &str) -> bool {
+    state
+        .runtime
+        .workers
+        .lock()
+        .expect("workers lock")
+        .get(session_id)
+        .is_none_or(|h| !h.is_alive() || h.busy.load(Ordering::SeqCst) == 0)
 }
 
 /// Stops the worker of `session_id` (and with it the agent process), if one runs.
@@ -146,7 +167,9 @@ pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandl
     }
     let (tx, rx) = mpsc::channel(COMMAND_BUFFER);
     let stop = state.shutdown.child_token();
+    let busy = Arc::new(AtomicUsize::new(0));
     let worker = Worker {
+        busy: busy.clone(),
         state: state.clone(),
         session_id: session_id.to_string(),
         task_id: task_id.to_string(),
@@ -159,7 +182,7 @@ pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandl
         stream: StreamMerge::default(),
     };
     tokio::spawn(worker.run(rx));
-    let h = SessionHandle { tx, stop };
+    let h = SessionHandle { tx, stop, busy };
     workers.insert(session_id.to_string(), h.clone());
     h
 }
@@ -171,6 +194,7 @@ struct Agent {
 }
 
 struct Worker {
+    busy: Arc<AtomicUsize>,
     state: AppState,
     session_id: String,
     task_id: String,
@@ -198,13 +222,20 @@ impl Worker {
                 _ = self.stop.cancelled() => break,
                 command = commands.recv() => match command {
                     None => break,
-                    Some(c) => self.on_command(c).await,
+                    Some(c) => {
+                        self.on_command(c).await;
+                        self.busy.fetch_sub(1, Ordering::SeqCst);
+                    }
                 },
-                event = next_event(&mut self.events) => match event {
-                    Some(e) => self.on_event(e).await,
-                    // The agent's channel closed without `Exited`: treat it as an exit.
-                    None => self.on_event(AgentEvent::Exited("agent connection closed".into())).await,
-                },
+                event = next_event(&mut self.events) => {
+                    self.busy.fetch_add(1, Ordering::SeqCst);
+                    match event {
+                        Some(e) => self.on_event(e).await,
+                        // The agent's channel closed without `Exited`: treat it as an exit.
+                        None => self.on_event(AgentEvent::Exited("agent connection closed".into())).await,
+                    }
+                    self.busy.fetch_sub(1, Ordering::SeqCst);
+                }
             }
         }
         self.stop_agent().await;

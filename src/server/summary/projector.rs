@@ -157,13 +157,17 @@ pub fn summary_event(summary: &StoredSummary) -> Event {
     .for_task(summary.task_id.clone())
 }
 
-/// Runs the projector until the hub closes. A lag means events were missed: every task is
+/// Runs the projector until the hub closes or the server shuts down. A lag means events were missed: every task is
 /// reconciled, so nothing stays stale (P10).
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     let mut events = state.hub.subscribe();
     tokio::spawn(async move {
         loop {
-            match events.recv().await {
+            let next = tokio::select! {
+                e = events.recv() => e,
+                _ = state.shutdown.cancelled() => return,
+            };
+            match next {
                 Ok(event) if event.refreshes_projection() => {
                     let Some(task_id) = event.task_id.as_deref() else {
                         continue;
