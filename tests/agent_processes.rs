@@ -246,7 +246,6 @@ async fn idle_agents_make_room_at_the_cap_and_lose_their_token(url: String) {
     assert_eq!(status, 200, "{body}");
     api.wait_turns_done(&first, 2).await;
     assert!(api.agent_lines(&first).await.contains(&"again".to_string()));
-    let _ = second_task;
     server.stop().await;
 }
 

@@ -1,7 +1,8 @@
 //! L19/I8: the process stops at each point of a detached answer's delivery; after a restart no
-//! answered and no pending question is lost. The durable state at each crash point is written
-//! with the same repository calls the respond path makes, in the same order (claim → reserve
-//! → attempted → publish → finalize); the restart is a fresh server on the same database.
+//! answered and no pending question is lost, and an owed answer reaches the agent exactly once.
+//! The durable state at each crash point is written with the same repository calls the respond
+//! path and the worker make, in the same order (claim → owe → dispatch); the restart is a fresh
+//! server on the same database. A reservation left by an older version is recovered too.
 
 mod support;
 
@@ -13,10 +14,14 @@ use turnstile::server::repo::{Claim, ClaimOutcome};
 #[derive(Clone, Copy, Debug)]
 /// The last durable step before the crash.
 enum CrashAt {
+    /// Claimed, not yet accepted.
     Claim,
-    Reserve,
-    Attempted,
-    Publish,
+    /// An older version's empty reservation (reserved, never attempted).
+    LegacyReservation,
+    /// Accepted: the resume is owed.
+    Owed,
+    /// Handed to the agent (which died with the server).
+    Dispatched,
 }
 
 /// A session whose current turn holds a detached, active question; returns (task, session,
@@ -76,18 +81,26 @@ async fn crash_story(url: String, at: CrashAt) {
         repo.claim_bundle(&pending_id, &claim, now).await.unwrap(),
         ClaimOutcome::Claimed(_)
     ));
-    if !matches!(at, CrashAt::Claim) {
-        let turn = repo
-            .reserve_turn(&session, &pending_id, now + 1)
-            .await
-            .unwrap();
-        if matches!(at, CrashAt::Attempted | CrashAt::Publish) {
-            assert!(repo.mark_attempted(&turn.id).await.unwrap());
+    match at {
+        CrashAt::Claim => {}
+        CrashAt::LegacyReservation => {
+            repo.reserve_turn(&session, &pending_id, now + 1)
+                .await
+                .unwrap();
         }
-        if matches!(at, CrashAt::Publish) {
-            assert!(repo.publish_turn(&turn.id).await.unwrap());
+        CrashAt::Owed | CrashAt::Dispatched => {
+            let prompt = "[turnstile:clarification-answer]\nQ: Which database?\nA: sqlite";
+            let owed = repo
+                .owe_resume(&pending_id, prompt, now + 1)
+                .await
+                .unwrap()
+                .expect("owed");
+            if matches!(at, CrashAt::Dispatched) {
+                assert!(repo.dispatch_resume(&owed.id, now + 2).await.unwrap());
+            }
         }
     }
+    // A crash: nothing of the old process runs on (its agent, its workers).
     server.stop().await;
 
     let restarted = TestServer::start(&url).await;
@@ -119,10 +132,19 @@ async fn crash_story(url: String, at: CrashAt) {
             .unpublished_reservations()
             .await
             .unwrap()
-            .is_empty()
+            .iter()
+            .all(|t| t.is_owed()),
+        "{at:?}: only owed resumes survive recovery"
     );
+    let resumes = async || {
+        api.agent_lines(&session)
+            .await
+            .iter()
+            .filter(|l| l.starts_with("Thanks, continuing"))
+            .count()
+    };
     match at {
-        CrashAt::Claim | CrashAt::Reserve => {
+        CrashAt::Claim | CrashAt::LegacyReservation => {
             // Not yet accepted: the question is pending and answerable again (no question lost).
             assert_eq!(
                 (bundle["status"].as_str(), bundle["active"].as_bool()),
@@ -150,8 +172,8 @@ async fn crash_story(url: String, at: CrashAt) {
             )
             .await;
         }
-        CrashAt::Attempted | CrashAt::Publish => {
-            // Accepted: the answer is final (no answer lost) and the resume turn is current.
+        CrashAt::Owed | CrashAt::Dispatched => {
+            // Accepted: the answer is final (no answer lost) and the resume turn stays.
             assert_eq!(
                 (bundle["status"].as_str(), bundle["active"].as_bool()),
                 (Some("answered"), Some(false)),
@@ -161,7 +183,24 @@ async fn crash_story(url: String, at: CrashAt) {
                 bundle["response"]["answers"][0]["selected_options"][0],
                 "sqlite"
             );
-            assert_eq!(turn_count, 2, "{at:?}: the attempted turn stays");
+            assert_eq!(turn_count, 2, "{at:?}: the resume turn stays");
+            if matches!(at, CrashAt::Owed) {
+                // L18: the start-up launch delivers what is owed, once.
+                api.wait_turns_done(&session, 2).await;
+                assert_eq!(resumes().await, 1, "I4");
+            } else {
+                // Handed over before the crash: never delivered a second time.
+                assert_eq!(resumes().await, 0, "I4");
+                assert!(
+                    restarted
+                        .state
+                        .repo
+                        .owed_resumes(&session)
+                        .await
+                        .unwrap()
+                        .is_empty()
+                );
+            }
         }
     }
     // I2: the summary agrees with the repository after the restart.
@@ -180,19 +219,19 @@ async fn crash_story(url: String, at: CrashAt) {
 async fn l19_crash_after_claim(url: String) {
     crash_story(url, CrashAt::Claim).await;
 }
-async fn l19_crash_between_claim_and_dispatch(url: String) {
-    crash_story(url, CrashAt::Reserve).await;
+async fn l19_an_older_versions_empty_reservation_is_undone(url: String) {
+    crash_story(url, CrashAt::LegacyReservation).await;
 }
-async fn l19_crash_between_attempted_and_publish(url: String) {
-    crash_story(url, CrashAt::Attempted).await;
+async fn l18_crash_after_acceptance_delivers_the_owed_answer_at_start_up(url: String) {
+    crash_story(url, CrashAt::Owed).await;
 }
-async fn l19_crash_after_publish(url: String) {
-    crash_story(url, CrashAt::Publish).await;
+async fn l18_crash_after_dispatch_never_delivers_twice(url: String) {
+    crash_story(url, CrashAt::Dispatched).await;
 }
 
 both_http!(
     l19_crash_after_claim,
-    l19_crash_between_claim_and_dispatch,
-    l19_crash_between_attempted_and_publish,
-    l19_crash_after_publish,
+    l19_an_older_versions_empty_reservation_is_undone,
+    l18_crash_after_acceptance_delivers_the_owed_answer_at_start_up,
+    l18_crash_after_dispatch_never_delivers_twice,
 );

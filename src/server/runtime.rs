@@ -117,6 +117,12 @@ impl AgentSlots {
         }
     }
 
+    /// Whether a new agent could start now (a free slot, or an idle agent to stop).
+    pub fn has_room(&self) -> bool {
+        let running = self.running.lock().expect("agents lock");
+        running.len() < self.max || running.values().any(Option::is_some)
+    }
+
     pub fn busy(&self, session: &str) {
         self.set(session, None);
     }

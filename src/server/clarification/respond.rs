@@ -153,23 +153,26 @@ pub async fn respond(
     state.hooks.run(Point::AfterClaim, pending_id).await;
     // L15: a live waiter gets the answer and the agent continues in the same turn. The
     // delivery is recorded before the hand-over, so nothing can fail after the agent has it.
+    let mut finalized = false;
     if let Some(waiter) = state.runtime.waiters.take(pending_id) {
         if let Err(e) = finalize(state, pending_id).await {
             drop(waiter); // the call waits on; the question is pending again
-            return Err(undo(state, &record, e.to_string()).await);
+            return Err(undo(state, &record, e.to_string(), true).await);
         }
+        finalized = true;
         match waiter.send(WaiterMsg::Answer(response)) {
             Ok(()) => {
                 publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
                 return Ok(won);
             }
-            // The call ended after we took it: the answer goes out as a resume instead.
+            // The call ended after we took it: it goes the detached way instead.
             Err(_) => tracing::debug!(pending_id, "the waiter left; delivering as detached"),
         }
-    } else if rejected {
+    }
+    if rejected {
         // L16: persisted, barrier released, the agent is not woken.
-        if let Err(e) = finalize(state, pending_id).await {
-            return Err(undo(state, &record, e.to_string()).await);
+        if !finalized && let Err(e) = finalize(state, pending_id).await {
+            return Err(undo(state, &record, e.to_string(), true).await);
         }
         publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
         publish::bundles_by_id(
@@ -203,13 +206,14 @@ pub async fn respond(
     match owed {
         Ok(Some(_)) => {}
         Ok(None) => {
-            // The session ended between the claim and now: nothing can be delivered.
-            let _ = undo(state, &record, "the session ended".into()).await;
+            // The session ended between the claim and now: nothing can be delivered. Put the
+            // bundle back as it was (I5: a 409 leaves nothing changed and publishes nothing).
+            let _ = undo(state, &record, "the session ended".into(), false).await;
             return Err(AppError::Conflict(format!(
                 "clarification {pending_id} can no longer be answered: its session ended"
             )));
         }
-        Err(e) => return Err(undo(state, &record, e.to_string()).await),
+        Err(e) => return Err(undo(state, &record, e.to_string(), true).await),
     }
     publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
     // The owed turn is now current: questions and permission requests of the older turn that
@@ -277,23 +281,23 @@ async fn finalize(state: &AppState, pending_id: &str) -> Result<(), RepoError> {
 /// L18: a failure before acceptance undoes the claim (the question is pending and current
 /// again), refreshes the summary and is reported as retryable. If even the undo fails, start-up
 /// recovery restores it (L19); the answer is then not retryable now.
-async fn undo(state: &AppState, record: &BundleRecord, cause: String) -> AppError {
+async fn undo(state: &AppState, record: &BundleRecord, cause: String, announce: bool) -> AppError {
     tracing::warn!(pending_id = %record.pending_id, error = %cause, "answer not accepted; undoing the claim");
     let restored = state
         .repo
         .restore_bundle(&record.pending_id)
         .await
         .unwrap_or(false);
-    if restored {
+    if restored && announce {
         publish::bundles_by_id(
             state,
             "clarification.restored",
             std::slice::from_ref(&record.pending_id),
         )
         .await;
-    }
-    if let Err(e) = refresh_task(state, &record.task_id, Scope::Full, None).await {
-        tracing::warn!(error = %e, "summary refresh after an undone claim failed");
+        if let Err(e) = refresh_task(state, &record.task_id, Scope::Full, None).await {
+            tracing::warn!(error = %e, "summary refresh after an undone claim failed");
+        }
     }
     if restored {
         AppError::Retryable("the answer could not be recorded; nothing changed, try again".into())

@@ -102,6 +102,18 @@ pub async fn launch_spec(
     Ok((spec, hash))
 }
 
+/// At the cap with every agent busy, a new session is refused before anything is written.
+pub fn ensure_agent_room(state: &AppState) -> Result<(), AppError> {
+    if state.runtime.agents.has_room() {
+        Ok(())
+    } else {
+        Err(AppError::Unavailable(format!(
+            "{} agents are busy (the limit of --max-agents); try again when one finishes",
+            state.runtime.config.max_agents
+        )))
+    }
+}
+
 /// A prompt is non-blank and bounded (`field` names it in the error).
 pub fn validate_prompt(field: &str, prompt: &str) -> Result<(), AppError> {
     if prompt.trim().is_empty() {
@@ -138,6 +150,7 @@ pub async fn create_session(
         role,
     } = input;
     validate_prompt("prompt", &prompt)?;
+    ensure_agent_room(state)?;
     if state.repo.get_task(task_id).await?.is_none() {
         return Err(AppError::NotFound(format!("task {task_id}")));
     }

@@ -33,6 +33,7 @@ pub async fn create_task(state: &AppState, input: CreateTask) -> Result<Task, Ap
     }
     if let Some(prompt) = &input.prompt {
         super::sessions::validate_prompt("prompt", prompt)?;
+        super::sessions::ensure_agent_room(state)?;
     }
     let profile = match &input.agent_profile_id {
         Some(id) => Some(

@@ -392,6 +392,7 @@ impl Worker {
         if let Some(agent) = &self.agent {
             agent.connection.prompt(content);
         }
+        self.clear_error().await;
         Ok(turn.id)
     }
 
@@ -452,6 +453,7 @@ impl Worker {
         }
         let r = sessions::set_state(&self.state, &self.session_id, SessionState::Running).await;
         self.log("cannot change the session state", r);
+        self.clear_error().await;
         Ok(true)
     }
 
@@ -715,6 +717,18 @@ impl Worker {
         self.log("cannot record the last error", r);
     }
 
+    /// P3: a turn started well, so an earlier failure is no longer the task's news.
+    async fn clear_error(&self) {
+        let shown = matches!(
+            self.state.repo.get_summary(&self.task_id).await,
+            Ok(Some(s)) if s.body.last_error.is_some()
+        );
+        if shown {
+            let r = projector::record_last_error(&self.state, &self.task_id, None).await;
+            self.log("cannot clear the last error", r);
+        }
+    }
+
     /// Answers every still-waiting permission request of the open turn with Cancelled.
     async fn cancel_permissions(&mut self) {
         for id in std::mem::take(&mut self.permissions) {
@@ -742,6 +756,9 @@ impl Worker {
         let Some(turn_id) = self.open_turn.take() else {
             return;
         };
+        // The agent answered its prompt: it is idle from here (another session may take its
+        // slot even before this turn's bookkeeping is written).
+        self.state.runtime.agents.idle(&self.session_id);
         // A finished turn leaves no permission request waiting (N6).
         self.cancel_permissions().await;
         if let Err(failure) = &result {
@@ -757,7 +774,6 @@ impl Worker {
             .await;
         }
         self.complete_turn(&turn_id).await;
-        self.state.runtime.agents.idle(&self.session_id);
         match self.deliver_owed().await {
             Ok(true) => return,
             Ok(false) => {}

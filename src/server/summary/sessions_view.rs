@@ -14,7 +14,7 @@ pub async fn list_sessions(state: &AppState, task_id: &str) -> Result<Vec<Sessio
     let ids: Vec<String> = sessions.iter().map(|s| s.id.clone()).collect();
     let pending = state.repo.pending_actions_for_sessions(&ids).await.map_err(|e| {
         tracing::error!(task_id, error = %e, "pending projection failed; refusing a falsely clean list");
-        AppError::Internal(format!("the pending-action projection failed: {e}"))
+        crate::server::telemetry::internal(&e)
     })?;
     Ok(sessions
         .iter()
