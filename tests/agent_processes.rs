@@ -233,6 +233,24 @@ async fn idle_agents_make_room_at_the_cap_and_lose_their_token(url: String) {
         body["error"]["message"].as_str().unwrap().contains("busy"),
         "{body}"
     );
+    // A new task or session that would need an agent is refused before anything is written.
+    let before = support::table_counts(&url).await;
+    let (status, body) = api
+        .post("/api/v1/tasks", json!({ "title": "later", "prompt": "hi" }))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/tasks/{second_task}/sessions"),
+            json!({ "prompt": "hi" }),
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(
+        support::table_counts(&url).await,
+        before,
+        "nothing was written"
+    );
     // Cancelling the busy one frees the slot; the first session relaunches on demand.
     api.post(&format!("/api/v1/sessions/{second}/cancel"), json!({}))
         .await;
