@@ -105,6 +105,10 @@ impl Seq {
         let Some(turn) = self.m.current().cloned() else {
             return;
         };
+        // L6: an owed resume is not a turn an agent asks in (the service refuses it).
+        if self.m.owed.contains(&turn) {
+            return;
+        }
         let at = self.tick();
         let (b, _) = self
             .repo
@@ -289,16 +293,25 @@ impl Seq {
         self.dispatch_owed().await;
     }
 
-    /// Hands the oldest owed resume to the agent: exactly once (I4), and it becomes current.
+    /// Hands the oldest owed resume to the agent: exactly once (I4), only while it is the
+    /// current turn (a stale one stays owed: moving it ahead would revive what it superseded).
     async fn dispatch_owed(&mut self) {
-        if self.m.terminal || self.m.owed.is_empty() {
+        if self.m.owed.is_empty() {
             return;
         }
-        let turn = self.m.owed.remove(0);
+        let turn = self.m.owed[0].clone();
         let at = self.tick();
-        if !self.repo.dispatch_resume(&turn, at).await.unwrap() {
-            self.fail("dispatch_resume refused an owed resume");
+        let expected = !self.m.terminal && self.m.current() == Some(&turn);
+        let dispatched = self.repo.dispatch_resume(&turn, at).await.unwrap();
+        if dispatched != expected {
+            self.fail(&format!(
+                "dispatch_resume = {dispatched}, model says {expected}"
+            ));
         }
+        if !dispatched {
+            return;
+        }
+        self.m.owed.remove(0);
         if self.repo.dispatch_resume(&turn, at).await.unwrap() {
             self.fail("I4: an owed resume was dispatched twice");
         }

@@ -59,6 +59,7 @@ pub struct AuthoritySql {
     pub claim_bundle: String,
     pub restore_bundle: String,
     pub ask_turn: String,
+    pub dispatch_resume: String,
 }
 
 impl AuthoritySql {
@@ -167,6 +168,15 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
                AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = t.session_id \
                            AND s.state NOT IN {TERMINAL_STATES})",
             current_turn_of("$1")
+        ),
+        // L18/L1: an owed resume is handed over once, only while it is the current turn (nothing
+        // newer may start before it, L5) of a live session; it then starts now.
+        dispatch_resume: format!(
+            "UPDATE turns SET reservation = 'none', started_at = $2 \
+             WHERE id = $1 AND reservation = 'attempted' AND id = {} \
+               AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = turns.session_id \
+                           AND s.state NOT IN {TERMINAL_STATES})",
+            current_turn_of("turns.session_id")
         ),
         // L18: only an undelivered claim whose turn is still current goes back to pending.
         restore_bundle: format!(

@@ -426,8 +426,8 @@ pub trait Repository: Send + Sync + 'static {
     async fn owed_resumes(&self, session_id: &str) -> RepoResult<Vec<TurnRecord>>;
     /// Every non-terminal session with an owed resume (start-up delivers them).
     async fn sessions_with_owed_resumes(&self) -> RepoResult<Vec<SessionRecord>>;
-    /// Hands an owed resume to the agent: one compare-and-set (exactly once), only in a
-    /// non-terminal session; `started_at` becomes `at`, so the running resume is current (L1).
+    /// Hands an owed resume to the agent: one compare-and-set (exactly once), only while it is
+    /// the current turn of a non-terminal session; `started_at` becomes `at` (L1).
     async fn dispatch_resume(&self, turn_id: &str, at: Micros) -> RepoResult<bool>;
 
     // -- workflow (N3) --

@@ -1060,16 +1060,11 @@ macro_rules! impl_repository {
             }
 
             async fn dispatch_resume(&self, turn_id: &str, at: Micros) -> RepoResult<bool> {
-                let done = sqlx::query::<$db>(
-                    "UPDATE turns SET reservation = 'none', started_at = $2 \
-                     WHERE id = $1 AND reservation = 'attempted' \
-                       AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = turns.session_id \
-                                   AND s.state NOT IN ('completed', 'failed', 'cancelled'))",
-                )
-                .bind(turn_id)
-                .bind(at)
-                .execute(&self.pool)
-                .await?;
+                let done = sqlx::query::<$db>(SQL.dispatch_resume.as_str())
+                    .bind(turn_id)
+                    .bind(at)
+                    .execute(&self.pool)
+                    .await?;
                 Ok(done.rows_affected() > 0)
             }
 
