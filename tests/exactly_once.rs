@@ -487,17 +487,15 @@ async fn d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it(repo: Arc<dy
         Some(owed.id.clone()),
         "owed counts (L1)"
     );
-    // A prompt handled in between starts later…
-    let prompt = repo.insert_turn(&turn(40)).await.unwrap();
-    assert_eq!(
-        repo.current_turn_id(&session.id).await.unwrap(),
-        Some(prompt.id.clone())
-    );
-    // …and the resume, once dispatched, is the current turn (it runs now).
+    // Dispatched, it starts now: it is the running, current turn.
     assert!(repo.dispatch_resume(&owed.id, 50).await.unwrap());
     assert!(
         !repo.dispatch_resume(&owed.id, 51).await.unwrap(),
         "exactly once"
+    );
+    assert_eq!(
+        repo.get_turn(&owed.id).await.unwrap().unwrap().started_at,
+        50
     );
     assert_eq!(
         repo.current_turn_id(&session.id).await.unwrap(),
@@ -509,6 +507,39 @@ async fn d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it(repo: Arc<dy
             .unwrap()
             .is_none(),
         "I4"
+    );
+    // Forced: a turn that started after an answer was owed (the worker never lets a prompt
+    // overtake an owed resume). The stale owed turn is never moved ahead of it (L5).
+    let t1 = repo.insert_turn(&turn(70)).await.unwrap();
+    let (b2, _) = repo
+        .insert_bundle(
+            &NewBundle {
+                pending_id: None,
+                session_id: session.id.clone(),
+                turn_id: t1.id.clone(),
+                context: None,
+                dedup_key: "k2".into(),
+                questions: vec![],
+                message_content: "?".into(),
+            },
+            71,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        repo.claim_bundle(&b2.pending_id, &claim, 72).await.unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    let stale = repo
+        .owe_resume(&b2.pending_id, "resume", 73)
+        .await
+        .unwrap()
+        .unwrap();
+    let prompt = repo.insert_turn(&turn(80)).await.unwrap();
+    assert!(!repo.dispatch_resume(&stale.id, 90).await.unwrap());
+    assert_eq!(
+        repo.current_turn_id(&session.id).await.unwrap(),
+        Some(prompt.id)
     );
 }
 
