@@ -64,7 +64,7 @@ pub async fn make_primary(
         return Err(AppError::NotFound(format!("session {id}")).into());
     }
     let s = session_dto(&state, &id).await?;
-    crate::server::orchestrator::publish::task_updated(&state, &s.task_id);
+    crate::server::orchestrator::publish::task_updated(&state, &s.task_id).await;
     // P3: the summary names the primary session.
     crate::server::summary::projector::refresh_task(
         &state,
@@ -159,6 +159,7 @@ pub async fn delete_message(
     let Some(m) = state.repo.delete_message(&id).await? else {
         return Err(AppError::NotFound(format!("message {id}")).into());
     };
-    crate::server::orchestrator::publish::message(&state, "session.message.deleted", &m).await;
+    use crate::server::orchestrator::publish;
+    publish::message(&state, publish::MessageEvent::Deleted, &m).await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -2,3 +2,4 @@
 //! the phone drawer: which session a click opens (N1/N2) and which snapshot is newer (P9).
 
 pub mod selection;
+pub mod store;

@@ -3,6 +3,7 @@
 
 mod error;
 pub mod limits;
+mod notification;
 mod pending;
 mod session;
 mod summary;
@@ -11,6 +12,7 @@ mod transcript;
 mod workflow;
 
 pub use error::AppError;
+pub use notification::{Envelope, EnvelopeBody, MessageChange, Notification, PendingSnapshot};
 pub use pending::{PendingAction, PendingActionRevision};
 pub use session::{Session, SessionState};
 pub use summary::{LastError, PrimarySessionRef, Summary, SummaryBody};

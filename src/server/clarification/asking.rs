@@ -124,7 +124,7 @@ where
         Ok(true) => {
             publish::bundles_by_id(
                 state,
-                "clarification.detached",
+                publish::BundleEvent::Detached,
                 std::slice::from_ref(&pending_id),
             )
             .await
@@ -214,11 +214,11 @@ async fn write(
         return Ok(false);
     };
     state.runtime.counters.note_foreign_row(&session.id);
-    publish::session(state, "session.state_changed", &written.session).await;
-    publish::message(state, "session.message.added", &written.message).await;
+    publish::session_state_changed(state, &written.session).await;
+    publish::message(state, publish::MessageEvent::Added, &written.message).await;
     publish::bundles_by_id(
         state,
-        "clarification.requested",
+        publish::BundleEvent::Requested,
         std::slice::from_ref(&written.bundle.pending_id),
     )
     .await;

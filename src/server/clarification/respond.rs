@@ -146,9 +146,9 @@ pub async fn respond(
         response: Some(response.clone()),
     };
     let action = if rejected {
-        "clarification.rejected"
+        publish::BundleEvent::Rejected
     } else {
-        "clarification.answered"
+        publish::BundleEvent::Answered
     };
     state.hooks.run(Point::AfterClaim, pending_id).await;
     // L15: a live waiter gets the answer and the agent continues in the same turn. The
@@ -177,7 +177,7 @@ pub async fn respond(
         publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
         publish::bundles_by_id(
             state,
-            "clarification.stale_dismissed",
+            publish::BundleEvent::StaleDismissed,
             &[pending_id.to_string()],
         )
         .await;
@@ -291,7 +291,7 @@ async fn undo(state: &AppState, record: &BundleRecord, cause: String, announce: 
     if restored && announce {
         publish::bundles_by_id(
             state,
-            "clarification.restored",
+            publish::BundleEvent::Restored,
             std::slice::from_ref(&record.pending_id),
         )
         .await;

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use serde_json::Value;
+
+use crate::model::Notification;
 use tokio::sync::broadcast;
 
 /// One notification (`action` and `payload` of the WebSocket envelope). `session_id` marks a
@@ -18,7 +20,28 @@ pub struct Event {
     pub session_id: Option<String>,
 }
 
+/// Production events are typed: their wire form (action, payload) and routing (task,
+/// session) come from the notification.
+impl From<Notification> for Event {
+    fn from(n: Notification) -> Self {
+        let task_id = n.task_id().map(str::to_string);
+        let session_id = n.session_id().map(str::to_string);
+        let action = n.action().to_string();
+        let payload = serde_json::to_value(&n)
+            .ok()
+            .and_then(|mut v| v.get_mut("payload").map(Value::take))
+            .unwrap_or(Value::Null);
+        Event {
+            action,
+            payload,
+            task_id,
+            session_id,
+        }
+    }
+}
+
 impl Event {
+    /// A raw event (tests, and actions this build does not type yet).
     pub fn new(action: impl Into<String>, payload: Value) -> Self {
         Event {
             action: action.into(),

@@ -1,104 +1,143 @@
-//! The notifications services publish after their writes committed (P10), in one place so
-//! payload shapes match spec/api.md.
+//! The notifications services publish after their writes committed (P10): typed
+//! (`model::Notification`), built in one place so payloads match docs/api.md.
 
-use serde_json::json;
-
+use crate::model::{Bundle, MessageChange, Notification, PendingSnapshot, Task};
 use crate::server::events::Event;
 use crate::server::repo::{
     MessageRecord, PermissionRecord, SessionRecord, StoredBundle, TurnRecord,
 };
 use crate::server::state::AppState;
 
-/// `session.message.*` with the session's pending action and its P9 revision (reserved
-/// before the authoritative read); the pending fields are omitted when the read fails.
-pub async fn message(state: &AppState, action: &str, m: &MessageRecord) {
+/// Which `session.message.*`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MessageEvent {
+    Added,
+    Updated,
+    Deleted,
+}
+
+/// Which `clarification.*`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BundleEvent {
+    Requested,
+    Answered,
+    Rejected,
+    Detached,
+    Expired,
+    StaleDismissed,
+    Restored,
+}
+
+impl BundleEvent {
+    fn notification(self, bundle: Bundle) -> Notification {
+        use Notification as N;
+        match self {
+            BundleEvent::Requested => N::ClarificationRequested { bundle },
+            BundleEvent::Answered => N::ClarificationAnswered { bundle },
+            BundleEvent::Rejected => N::ClarificationRejected { bundle },
+            BundleEvent::Detached => N::ClarificationDetached { bundle },
+            BundleEvent::Expired => N::ClarificationExpired { bundle },
+            BundleEvent::StaleDismissed => N::ClarificationStaleDismissed { bundle },
+            BundleEvent::Restored => N::ClarificationRestored { bundle },
+        }
+    }
+}
+
+fn send(state: &AppState, n: Notification) {
+    state.hub.publish(Event::from(n));
+}
+
+/// P1 for one session with its P9 revision (reserved before the authoritative read); `None`
+/// when the read fails.
+async fn pending_of(state: &AppState, session_id: &str) -> Option<PendingSnapshot> {
     let revision = state.next_pending_revision();
-    let mut payload = json!({ "message": m.to_dto() });
     match state
         .repo
-        .pending_actions_for_sessions(std::slice::from_ref(&m.session_id))
+        .pending_actions_for_sessions(&[session_id.to_string()])
         .await
     {
-        Ok(pending) => {
-            payload["pending_action"] = json!(pending.get(&m.session_id).copied().flatten());
-            payload["pending_action_revision"] = json!(revision);
-        }
-        Err(e) => tracing::warn!(error = %e, "pending action unknown for a message event"),
-    }
-    state.hub.publish(
-        Event::new(action, payload)
-            .for_task(m.task_id.clone())
-            .for_session(m.session_id.clone()),
-    );
-}
-
-pub fn turn(state: &AppState, action: &str, t: &TurnRecord) {
-    state.hub.publish(
-        Event::new(action, json!({ "turn": t.to_dto() }))
-            .for_task(t.task_id.clone())
-            .for_session(t.session_id.clone()),
-    );
-}
-
-/// `session.*` with the session's P1 pending action and its P9 revision (reserved before the
-/// authoritative read); without them when the read fails.
-pub async fn session(state: &AppState, action: &str, s: &SessionRecord) {
-    let revision = state.next_pending_revision();
-    let dto = match state
-        .repo
-        .pending_actions_for_sessions(std::slice::from_ref(&s.id))
-        .await
-    {
-        Ok(pending) => s.to_dto(pending.get(&s.id).copied().flatten(), Some(revision)),
+        Ok(pending) => Some(PendingSnapshot {
+            pending_action: pending.get(session_id).copied().flatten(),
+            pending_action_revision: revision,
+        }),
         Err(e) => {
-            tracing::warn!(error = %e, "pending action unknown for a session event");
-            s.to_dto(None, None)
+            tracing::warn!(error = %e, session_id, "pending action unknown for an event");
+            None
         }
+    }
+}
+
+/// `session.message.*` with the session's pending action when it could be read.
+pub async fn message(state: &AppState, event: MessageEvent, m: &MessageRecord) {
+    let change = MessageChange {
+        message: m.to_dto(),
+        pending: pending_of(state, &m.session_id).await,
     };
-    state.hub.publish(
-        Event::new(action, json!({ "session": dto }))
-            .for_task(s.task_id.clone())
-            .for_session(s.id.clone()),
+    send(
+        state,
+        match event {
+            MessageEvent::Added => Notification::MessageAdded(change),
+            MessageEvent::Updated => Notification::MessageUpdated(change),
+            MessageEvent::Deleted => Notification::MessageDeleted(change),
+        },
     );
+}
+
+pub fn turn_started(state: &AppState, t: &TurnRecord) {
+    send(state, Notification::TurnStarted { turn: t.to_dto() });
+}
+
+pub fn turn_completed(state: &AppState, t: &TurnRecord) {
+    send(state, Notification::TurnCompleted { turn: t.to_dto() });
+}
+
+/// The session with its P1 pending action and P9 revision.
+async fn session_dto(state: &AppState, s: &SessionRecord) -> crate::model::Session {
+    match pending_of(state, &s.id).await {
+        Some(p) => s.to_dto(p.pending_action, Some(p.pending_action_revision)),
+        None => s.to_dto(None, None),
+    }
+}
+
+pub async fn session_created(state: &AppState, s: &SessionRecord) {
+    let session = session_dto(state, s).await;
+    send(state, Notification::SessionCreated { session });
+}
+
+pub async fn session_state_changed(state: &AppState, s: &SessionRecord) {
+    let session = session_dto(state, s).await;
+    send(state, Notification::SessionStateChanged { session });
 }
 
 /// N6: a permission request the agent is waiting on.
 pub fn permission_requested(state: &AppState, p: &PermissionRecord) {
-    state.hub.publish(
-        Event::new(
-            "permission.requested",
-            json!({ "permission": p.to_dto(), "permission_id": p.id, "session_id": p.session_id }),
-        )
-        .for_task(p.task_id.clone())
-        .for_session(p.session_id.clone()),
+    send(
+        state,
+        Notification::PermissionRequested {
+            permission: p.to_dto(),
+        },
     );
 }
 
 /// N6: answered, or cancelled because its turn or its agent ended.
 pub fn permission_resolved(state: &AppState, p: &PermissionRecord) {
-    state.hub.publish(
-        Event::new(
-            "permission.resolved",
-            json!({ "permission": p.to_dto(), "permission_id": p.id, "status": p.status }),
-        )
-        .for_task(p.task_id.clone())
-        .for_session(p.session_id.clone()),
+    send(
+        state,
+        Notification::PermissionResolved {
+            permission: p.to_dto(),
+        },
     );
 }
 
-pub fn bundle(state: &AppState, action: &str, b: &StoredBundle) {
-    state.hub.publish(
-        Event::new(action, json!({ "bundle": b.to_dto() }))
-            .for_task(b.record.task_id.clone())
-            .for_session(b.record.session_id.clone()),
-    );
+pub fn bundle(state: &AppState, event: BundleEvent, b: &StoredBundle) {
+    send(state, event.notification(b.to_dto()));
 }
 
-/// Publishes `action` for each bundle id (re-read so the payload shows the committed state).
-pub async fn bundles_by_id(state: &AppState, action: &str, pending_ids: &[String]) {
+/// Publishes `event` for each bundle id (re-read so the payload shows the committed state).
+pub async fn bundles_by_id(state: &AppState, event: BundleEvent, pending_ids: &[String]) {
     for id in pending_ids {
         match state.repo.get_bundle(id).await {
-            Ok(Some(b)) => bundle(state, action, &b),
+            Ok(Some(b)) => bundle(state, event, &b),
             Ok(None) => {}
             Err(e) => {
                 tracing::warn!(pending_id = %id, error = %e, "cannot re-read bundle for its event")
@@ -107,8 +146,23 @@ pub async fn bundles_by_id(state: &AppState, action: &str, pending_ids: &[String
     }
 }
 
-pub fn task_updated(state: &AppState, task_id: &str) {
-    state.hub.publish(
-        Event::new("task.updated", json!({ "task_id": task_id })).for_task(task_id.to_string()),
+pub fn task_created(state: &AppState, task: &Task) {
+    send(state, Notification::TaskCreated { task: task.clone() });
+}
+
+/// `task.updated` with the task as it reads now (title, step, archive, primary session).
+pub async fn task_updated(state: &AppState, task_id: &str) {
+    match crate::server::summary::task_view::get_task(state, task_id).await {
+        Ok(task) => send(state, Notification::TaskUpdated { task }),
+        Err(e) => tracing::warn!(task_id, error = %e, "cannot read the task for its event"),
+    }
+}
+
+pub fn task_deleted(state: &AppState, task_id: &str) {
+    send(
+        state,
+        Notification::TaskDeleted {
+            task_id: task_id.to_string(),
+        },
     );
 }

@@ -49,9 +49,9 @@ pub async fn set_state(
             .repo
             .expire_session(session_id, state.clock.now())
             .await?;
-        publish::bundles_by_id(state, "clarification.expired", &expired).await;
+        publish::bundles_by_id(state, publish::BundleEvent::Expired, &expired).await;
     }
-    publish::session(state, "session.state_changed", &moved).await;
+    publish::session_state_changed(state, &moved).await;
     Ok(Some(moved))
 }
 
@@ -179,7 +179,7 @@ pub async fn create_session(
             state.clock.now(),
         )
         .await?;
-    publish::session(state, "session.created", &session).await;
+    publish::session_created(state, &session).await;
     send_prompt(state, &session.id, prompt).await?;
     Ok(session)
 }

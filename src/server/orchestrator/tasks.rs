@@ -93,7 +93,9 @@ pub async fn create_task(state: &AppState, input: CreateTask) -> Result<Task, Ap
         };
         super::sessions::create_session(state, &record.id, launch).await?;
     }
-    task_view::get_task(state, &record.id).await
+    let task = task_view::get_task(state, &record.id).await?;
+    super::publish::task_created(state, &task);
+    Ok(task)
 }
 
 pub struct UpdateTask {
@@ -137,7 +139,7 @@ pub async fn update_task(state: &AppState, id: &str, input: UpdateTask) -> Resul
         .repo
         .update_task(id, &patch, state.clock.now())
         .await?;
-    super::publish::task_updated(state, id);
+    super::publish::task_updated(state, id).await;
     task_view::get_task(state, id).await
 }
 
@@ -150,9 +152,6 @@ pub async fn delete_task(state: &AppState, id: &str) -> Result<(), AppError> {
         super::worker::stop(state, &s.id);
     }
     state.repo.delete_task(id).await?;
-    state.hub.publish(crate::server::events::Event::new(
-        "task.deleted",
-        serde_json::json!({ "task_id": id }),
-    ));
+    super::publish::task_deleted(state, id);
     Ok(())
 }

@@ -380,8 +380,8 @@ impl Worker {
                 now,
             )
             .await?;
-        publish::turn(&self.state, "session.turn.started", &turn);
-        publish::message(&self.state, "session.message.added", &message).await;
+        publish::turn_started(&self.state, &turn);
+        publish::message(&self.state, publish::MessageEvent::Added, &message).await;
         self.open_turn = Some(turn.id.clone());
         self.stream = StreamMerge::default();
         if let Err(e) = self.ensure_agent().await {
@@ -449,7 +449,7 @@ impl Worker {
         }
         self.state.runtime.agents.busy(&self.session_id);
         if let Ok(Some(turn)) = self.state.repo.get_turn(&owed.id).await {
-            publish::turn(&self.state, "session.turn.started", &turn);
+            publish::turn_started(&self.state, &turn);
         }
         let r = sessions::set_state(&self.state, &self.session_id, SessionState::Running).await;
         self.log("cannot change the session state", r);
@@ -618,7 +618,7 @@ impl Worker {
                 self.state.clock.now(),
             )
             .await?;
-        publish::message(&self.state, "session.message.added", &m).await;
+        publish::message(&self.state, publish::MessageEvent::Added, &m).await;
         Ok(Some(m.id))
     }
 
@@ -633,7 +633,7 @@ impl Worker {
                     .update_message_content(&id, &content, self.state.clock.now())
                     .await?
                 {
-                    publish::message(&self.state, "session.message.updated", &m).await;
+                    publish::message(&self.state, publish::MessageEvent::Updated, &m).await;
                 }
             }
             Chunk::New(content) => {
@@ -706,7 +706,7 @@ impl Worker {
             .insert_message(&message, self.state.clock.now())
             .await
         {
-            Ok(m) => publish::message(&self.state, "session.message.added", &m).await,
+            Ok(m) => publish::message(&self.state, publish::MessageEvent::Added, &m).await,
             Err(e) => tracing::error!(error = %e, "cannot record an agent error"),
         }
     }
@@ -808,12 +808,12 @@ impl Worker {
         };
         match self.state.repo.detach_turn(turn_id).await {
             Ok(detached) => {
-                publish::bundles_by_id(&self.state, "clarification.detached", &detached).await
+                publish::bundles_by_id(&self.state, publish::BundleEvent::Detached, &detached).await
             }
             Err(e) => tracing::error!(error = %e, "cannot detach the turn's bundles"),
         }
         if let Ok(Some(turn)) = self.state.repo.get_turn(turn_id).await {
-            publish::turn(&self.state, "session.turn.completed", &turn);
+            publish::turn_completed(&self.state, &turn);
         }
         if completed {
             workflow::turn_completed(&self.state, &self.session_id, &self.task_id, turn_id).await;

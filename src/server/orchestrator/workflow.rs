@@ -158,7 +158,7 @@ async fn advance(state: &AppState, task_id: &str) -> Result<bool, crate::server:
         .move_task_step(task_id, step_id, &next.id, state.clock.now())
         .await?;
     if moved {
-        publish::task_updated(state, task_id);
+        publish::task_updated(state, task_id).await;
     }
     Ok(moved)
 }

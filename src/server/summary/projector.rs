@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::loader::{self, Projection};
@@ -150,11 +149,10 @@ async fn refresh_with(
 }
 
 pub fn summary_event(summary: &StoredSummary) -> Event {
-    Event::new(
-        "task.status_summary.updated",
-        json!({ "task_id": summary.task_id, "status_summary": summary.to_dto() }),
-    )
-    .for_task(summary.task_id.clone())
+    Event::from(crate::model::Notification::SummaryUpdated {
+        task_id: summary.task_id.clone(),
+        status_summary: summary.to_dto(),
+    })
 }
 
 /// Runs the projector until the hub closes or the server shuts down. A lag means events were missed: every task is
