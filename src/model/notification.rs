@@ -199,7 +199,7 @@ pub struct Envelope {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum EnvelopeBody {
-    Notification(Notification),
+    Notification(Box<Notification>),
     Other {
         action: String,
         #[serde(default)]
