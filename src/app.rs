@@ -5,6 +5,8 @@ use leptos_router::{SsrMode, path};
 
 use crate::ui::board::Board;
 use crate::ui::drawer::MobileBar;
+use crate::ui::live::ConnectionStatus;
+use crate::ui::settings::Settings;
 use crate::ui::sidebar::Sidebar;
 use crate::ui::task::TaskPage;
 
@@ -38,8 +40,9 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
-    crate::ui::live::provide_live();
+    let live = crate::ui::live::provide_live();
     crate::ui::drawer::provide_drawer();
+    crate::ui::alerts::provide_alerts();
 
     // Effects only run in the browser, after hydration: the page is interactive from here on.
     Effect::new(move |_| {
@@ -52,18 +55,29 @@ pub fn App() -> impl IntoView {
     // hydration and without JavaScript.
     view! {
         <Stylesheet id="leptos" href="/pkg/turnstile.css" />
-        <Title text="Turnstile" />
+        <Title text=move || crate::client::notify::title(live.alerts.with(|a| a.count())) />
         <Router>
+            <Navigation />
             <div class="layout">
                 <Sidebar />
                 <main class="main">
-                    <MobileBar />
+                    <div class="topbar">
+                        <MobileBar />
+                        <ConnectionStatus />
+                    </div>
                     <Routes fallback=|| view! { <p class="empty">"Not found."</p> }>
                         <Route path=path!("/") view=Board ssr=SsrMode::Async />
                         <Route path=path!("/t/:task_id") view=TaskPage ssr=SsrMode::Async />
+                        <Route path=path!("/settings") view=Settings ssr=SsrMode::Async />
                     </Routes>
                 </main>
             </div>
         </Router>
     }
+}
+
+/// N2 needs the router's location: the navigator lives inside the router.
+#[component]
+fn Navigation() -> impl IntoView {
+    crate::ui::nav::provide_navigator();
 }

@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! Turnstile: a workspace for people who run AI coding agents.
 //!
 //! Module map (see docs/decisions and shared/design/architecture.md): `model` holds the wire

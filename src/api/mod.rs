@@ -1,6 +1,7 @@
 //! Every inbound edge, thin: REST handlers and server functions per resource. Handlers parse,
 //! call a service, and map errors; no rule lives here.
 
+pub mod settings;
 pub mod tasks;
 pub mod transcript;
 
@@ -29,6 +30,14 @@ mod ws;
 pub use rest::{ApiError, ApiJson};
 #[cfg(feature = "ssr")]
 pub use router::router;
+
+/// The server state behind a server function (provided by the router to every request).
+#[cfg(feature = "ssr")]
+pub fn state() -> Result<crate::server::state::AppState, crate::model::AppError> {
+    leptos::prelude::use_context::<crate::server::state::AppState>().ok_or_else(|| {
+        crate::model::AppError::Internal("the server state is missing from this request".into())
+    })
+}
 
 /// The REST API (`/api/v1`), the WebSocket (`/ws`) and `/healthz`.
 #[cfg(feature = "ssr")]
@@ -71,6 +80,10 @@ pub fn rest_routes(
         .route(
             "/agent-profiles",
             get(workflows::list_agent_profiles).post(workflows::create_agent_profile),
+        )
+        .route(
+            "/agent-profiles/{id}",
+            axum::routing::patch(workflows::update_agent_profile),
         )
         .fallback(rest::not_found)
         .layer(DefaultBodyLimit::max(rest::MAX_BODY_BYTES));

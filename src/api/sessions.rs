@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson};
 use crate::model::{AppError, Session};
-use crate::server::orchestrator::sessions;
+use crate::server::orchestrator::{sessions, transcript};
 use crate::server::state::AppState;
 use crate::server::summary::sessions_view;
 
@@ -111,26 +111,26 @@ pub async fn retry(
 #[derive(Deserialize)]
 pub struct MessagesQuery {
     after: Option<String>,
+    before: Option<String>,
     limit: Option<i64>,
 }
 
+/// `GET /sessions/{id}/messages`: ascending; `?after=` onward from a message (default: from the
+/// start), `?before=` the newest page before a message.
 pub async fn messages(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Query(q): Query<MessagesQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    if state.repo.get_session(&id).await?.is_none() {
-        return Err(AppError::NotFound(format!("session {id}")).into());
-    }
     let limit = q.limit.unwrap_or(500);
-    if !(1..=1000).contains(&limit) {
-        return Err(AppError::BadRequest("limit must be between 1 and 1000".into()).into());
-    }
-    let rows = state
-        .repo
-        .list_messages(&id, q.after.as_deref(), limit)
-        .await?;
-    let messages: Vec<_> = rows.iter().map(|m| m.to_dto()).collect();
+    let messages = match q.before {
+        Some(before) => {
+            transcript::page_before(&state, &id, Some(&before), limit)
+                .await?
+                .messages
+        }
+        None => transcript::after(&state, &id, q.after.as_deref(), limit).await?,
+    };
     Ok(Json(json!({ "messages": messages })))
 }
 

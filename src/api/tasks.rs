@@ -1,16 +1,50 @@
 //! Tasks: the server function the sidebar reads, and the REST endpoints.
 
 use leptos::prelude::*;
+use leptos::server_fn::codec::Json;
 
-use crate::model::{AppError, Task};
+use crate::model::{AppError, Task, TaskPage, TaskQuery, Workflow};
 
-/// The sidebar's task list (reconciled like `GET /api/v1/tasks`).
-#[server(prefix = "/api/fn", endpoint = "list_tasks")]
-pub async fn list_tasks() -> Result<Vec<Task>, AppError> {
-    let state = use_context::<crate::server::state::AppState>().ok_or_else(|| {
-        AppError::Internal("the server state is missing from this request".into())
-    })?;
-    crate::server::summary::task_view::list_tasks(&state).await
+/// One page of the task list (the sidebar, the board): `GET /api/v1/tasks` for the UI.
+#[server(prefix = "/api/fn", endpoint = "list_tasks", input = Json)]
+pub async fn list_tasks(query: TaskQuery) -> Result<TaskPage, AppError> {
+    crate::server::summary::task_view::list_tasks(&super::state()?, &query).await
+}
+
+/// One task, reconciled (P7).
+#[server(prefix = "/api/fn", endpoint = "get_task")]
+pub async fn get_task(task_id: String) -> Result<Task, AppError> {
+    crate::server::summary::task_view::get_task(&super::state()?, &task_id).await
+}
+
+/// The board's workflows and their steps.
+#[server(prefix = "/api/fn", endpoint = "list_workflows")]
+pub async fn list_workflows() -> Result<Vec<Workflow>, AppError> {
+    crate::server::orchestrator::workflow::list_workflows(&super::state()?).await
+}
+
+/// Moves a card on the board (`PATCH /tasks/{id}` with `step_id`).
+#[server(prefix = "/api/fn", endpoint = "move_task")]
+pub async fn move_task(task_id: String, step_id: String) -> Result<Task, AppError> {
+    use crate::server::orchestrator::tasks::{UpdateTask, update_task};
+    let input = UpdateTask {
+        title: None,
+        step_id: Some(step_id),
+        archived: None,
+    };
+    update_task(&super::state()?, &task_id, input).await
+}
+
+/// Archives (or restores) a task (`PATCH /tasks/{id}` with `archived`).
+#[server(prefix = "/api/fn", endpoint = "archive_task")]
+pub async fn archive_task(task_id: String, archived: bool) -> Result<Task, AppError> {
+    use crate::server::orchestrator::tasks::{UpdateTask, update_task};
+    let input = UpdateTask {
+        title: None,
+        step_id: None,
+        archived: Some(archived),
+    };
+    update_task(&super::state()?, &task_id, input).await
 }
 
 /// The sidebar's "new task" form: a task whose primary session starts with `prompt`. A form
@@ -19,9 +53,7 @@ pub async fn list_tasks() -> Result<Vec<Task>, AppError> {
 #[server(prefix = "/api/fn", endpoint = "create_task")]
 pub async fn create_task(title: String, prompt: String) -> Result<Task, AppError> {
     use crate::server::orchestrator::tasks;
-    let state = use_context::<crate::server::state::AppState>().ok_or_else(|| {
-        AppError::Internal("the server state is missing from this request".into())
-    })?;
+    let state = super::state()?;
     let input = tasks::CreateTask {
         title,
         description: String::new(),
@@ -36,12 +68,11 @@ pub async fn create_task(title: String, prompt: String) -> Result<Task, AppError
 #[cfg(feature = "ssr")]
 pub mod rest {
     use axum::Json;
-    use axum::extract::{Path, State};
+    use axum::extract::{Path, Query, State};
     use serde::Deserialize;
-    use serde_json::{Value, json};
 
     use crate::api::{ApiError, ApiJson};
-    use crate::model::Task;
+    use crate::model::{Task, TaskPage, TaskQuery};
     use crate::server::orchestrator::tasks::{self, CreateTask};
     use crate::server::state::AppState;
     use crate::server::summary::task_view;
@@ -61,11 +92,11 @@ pub mod rest {
         prompt: Option<String>,
     }
 
-    pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-        let tasks = task_view::list_tasks(&state).await?;
-        Ok(Json(
-            json!({ "tasks": tasks, "epoch": state.epoch.to_string() }),
-        ))
+    pub async fn list(
+        State(state): State<AppState>,
+        Query(query): Query<TaskQuery>,
+    ) -> Result<Json<TaskPage>, ApiError> {
+        Ok(Json(task_view::list_tasks(&state, &query).await?))
     }
 
     pub async fn get(

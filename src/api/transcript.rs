@@ -5,13 +5,12 @@ use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Answer, AppError, Bundle, BundleStatus, Message, Response, Session};
+use crate::model::{
+    Answer, AppError, Bundle, BundleStatus, MessagePage, Permission, Response, Session,
+};
 
 #[cfg(feature = "ssr")]
-fn app_state() -> Result<crate::server::state::AppState, AppError> {
-    use_context::<crate::server::state::AppState>()
-        .ok_or_else(|| AppError::Internal("the server state is missing from this request".into()))
-}
+use super::state as app_state;
 
 /// The task's sessions, newest first, with their pending actions (fails closed, P8).
 #[server(prefix = "/api/fn", endpoint = "task_sessions")]
@@ -19,11 +18,68 @@ pub async fn task_sessions(task_id: String) -> Result<Vec<Session>, AppError> {
     crate::server::summary::sessions_view::list_sessions(&app_state()?, &task_id).await
 }
 
+/// The newest page of the transcript, or the page before message `before` (oldest first).
 #[server(prefix = "/api/fn", endpoint = "session_messages")]
-pub async fn session_messages(session_id: String) -> Result<Vec<Message>, AppError> {
-    let state = app_state()?;
-    let rows = state.repo.list_messages(&session_id, None, 1000).await?;
-    Ok(rows.iter().map(|m| m.to_dto()).collect())
+pub async fn session_messages(
+    session_id: String,
+    before: Option<String>,
+) -> Result<MessagePage, AppError> {
+    use crate::server::orchestrator::transcript::{UI_PAGE, page_before};
+    page_before(&app_state()?, &session_id, before.as_deref(), UI_PAGE).await
+}
+
+/// Starts another session on the task (`POST /tasks/{id}/sessions`).
+#[server(prefix = "/api/fn", endpoint = "create_session")]
+pub async fn create_session(
+    task_id: String,
+    agent_profile_id: Option<String>,
+    prompt: String,
+) -> Result<String, AppError> {
+    use crate::server::orchestrator::sessions::{NewSessionInput, Role, create_session};
+    let input = NewSessionInput {
+        agent_profile_id: agent_profile_id.filter(|p| !p.is_empty()),
+        prompt,
+        role: Role::Secondary,
+    };
+    Ok(create_session(&app_state()?, &task_id, input).await?.id)
+}
+
+/// Cancels the session's open turn (`POST /sessions/{id}/cancel`).
+#[server(prefix = "/api/fn", endpoint = "cancel_session")]
+pub async fn cancel_session(session_id: String) -> Result<(), AppError> {
+    crate::server::orchestrator::sessions::cancel(&app_state()?, &session_id).await
+}
+
+/// N6: the session's pending permission request, if any.
+#[server(prefix = "/api/fn", endpoint = "pending_permission")]
+pub async fn pending_permission(session_id: String) -> Result<Option<Permission>, AppError> {
+    crate::server::orchestrator::permissions::pending_for_session(&app_state()?, &session_id).await
+}
+
+/// How answering a permission request went.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PermissionAnswered {
+    Done(Box<Permission>),
+    /// 409: its agent no longer waits for it (N6).
+    Gone,
+}
+
+#[server(prefix = "/api/fn", endpoint = "answer_permission")]
+pub async fn answer_permission(
+    permission_id: String,
+    option_id: String,
+) -> Result<PermissionAnswered, AppError> {
+    match crate::server::orchestrator::permissions::respond(
+        &app_state()?,
+        &permission_id,
+        Some(option_id),
+    )
+    .await
+    {
+        Ok(p) => Ok(PermissionAnswered::Done(Box::new(p))),
+        Err(AppError::Conflict(_)) => Ok(PermissionAnswered::Gone),
+        Err(e) => Err(e),
+    }
 }
 
 #[server(prefix = "/api/fn", endpoint = "send_prompt")]

@@ -75,3 +75,11 @@ pub async fn create_agent_profile(
     };
     Ok(Json(profiles::create(&state, input).await?))
 }
+
+pub async fn update_agent_profile(
+    State(state): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    ApiJson(edit): ApiJson<profiles::ProfileEdit>,
+) -> Result<Json<AgentProfile>, ApiError> {
+    Ok(Json(profiles::update(&state, &id, edit).await?))
+}

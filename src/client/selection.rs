@@ -23,6 +23,41 @@ pub fn resolve_session(
         .map(|s| s.id.clone())
 }
 
+/// What a click on a task resolves to once its session list is loaded (N1/N2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Open this session.
+    Session(String),
+    /// Open the task with no session selected (nothing matches, or the task changed meanwhile).
+    TaskOnly,
+    /// A newer click, a route change, an unmounted drawer or a deleted task made this inert.
+    Stale,
+}
+
+/// N1/N2 in one place, shared by the sidebar, the board and the phone drawer. `clicked` and
+/// `now` are the task's summary revisions at the click and after the sessions loaded: if the
+/// summary changed meanwhile, the task opens alone.
+pub fn decide(
+    generation: &Generation,
+    ticket: Ticket,
+    clicked: Option<i64>,
+    now: Option<i64>,
+    task_pending: Option<PendingAction>,
+    sessions: &[Session],
+    remembered: Option<&str>,
+) -> Choice {
+    if !generation.is_current(ticket) {
+        return Choice::Stale;
+    }
+    if clicked != now {
+        return Choice::TaskOnly;
+    }
+    match resolve_session(task_pending, sessions, remembered) {
+        Some(s) => Choice::Session(s),
+        None => Choice::TaskOnly,
+    }
+}
+
 /// N2: each click takes a ticket; only the newest ticket may apply its result.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Ticket(pub u64);
@@ -133,6 +168,79 @@ mod tests {
             Some("x")
         );
         assert_eq!(resolve_session(None, &[], None), None);
+    }
+
+    #[test]
+    fn n2_a_superseded_or_changed_selection_is_inert_or_task_only() {
+        let sessions = [s("owner", WaitingForInput, Some(Clarification), false)];
+        let mut g = Generation::default();
+        let first = g.issue();
+        let second = g.issue();
+        assert_eq!(
+            decide(
+                &g,
+                first,
+                Some(3),
+                Some(3),
+                Some(Clarification),
+                &sessions,
+                None
+            ),
+            Choice::Stale,
+            "a newer click wins"
+        );
+        assert_eq!(
+            decide(
+                &g,
+                second,
+                Some(3),
+                Some(3),
+                Some(Clarification),
+                &sessions,
+                None
+            ),
+            Choice::Session("owner".into())
+        );
+        assert_eq!(
+            decide(
+                &g,
+                second,
+                Some(3),
+                Some(4),
+                Some(Clarification),
+                &sessions,
+                None
+            ),
+            Choice::TaskOnly,
+            "the summary changed while loading"
+        );
+        assert_eq!(
+            decide(
+                &g,
+                second,
+                Some(3),
+                Some(3),
+                Some(Permission),
+                &sessions,
+                None
+            ),
+            Choice::TaskOnly,
+            "nothing matches: never a guess"
+        );
+        g.invalidate();
+        assert_eq!(
+            decide(
+                &g,
+                second,
+                Some(3),
+                Some(3),
+                Some(Clarification),
+                &sessions,
+                None
+            ),
+            Choice::Stale,
+            "route change, unmount or delete"
+        );
     }
 
     #[test]

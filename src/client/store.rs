@@ -50,10 +50,11 @@ pub fn apply_summary(task: &mut Task, summary: Summary) -> bool {
     true
 }
 
-/// Tasks by id.
+/// Tasks by id, and the ids deleted meanwhile (so a stale snapshot cannot bring one back).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TaskBook {
     pub tasks: BTreeMap<String, Task>,
+    pub deleted: std::collections::BTreeSet<String>,
 }
 
 impl TaskBook {
@@ -76,7 +77,10 @@ impl TaskBook {
                 self.merge([task.clone()]);
                 before.as_ref() != self.tasks.get(&task.id)
             }
-            Notification::TaskDeleted { task_id } => self.tasks.remove(task_id).is_some(),
+            Notification::TaskDeleted { task_id } => {
+                self.deleted.insert(task_id.clone());
+                self.tasks.remove(task_id).is_some()
+            }
             Notification::SummaryUpdated {
                 task_id,
                 status_summary,
@@ -88,11 +92,38 @@ impl TaskBook {
         }
     }
 
-    /// Most recently updated first (the sidebar's order), ties by id.
-    pub fn ordered(&self) -> Vec<Task> {
-        let mut v: Vec<Task> = self.tasks.values().cloned().collect();
+    /// Snapshot tasks with every push applied on top (the newer of each wins), deleted ones
+    /// dropped, most recently updated first (the sidebar's order), ties by id. Tasks known
+    /// only from pushes are included when `keep` accepts them.
+    pub fn view(&self, base: &[Task], keep: impl Fn(&Task) -> bool) -> Vec<Task> {
+        let mut merged: BTreeMap<String, Task> = BTreeMap::new();
+        for t in base.iter().filter(|t| !self.deleted.contains(&t.id)) {
+            let t = match self.tasks.get(&t.id) {
+                Some(pushed) => merge_task(pushed, t.clone()),
+                None => t.clone(),
+            };
+            merged.insert(t.id.clone(), t);
+        }
+        for (id, t) in &self.tasks {
+            if !merged.contains_key(id) && keep(t) {
+                merged.insert(id.clone(), t.clone());
+            }
+        }
+        let mut v: Vec<Task> = merged.into_values().filter(|t| keep(t)).collect();
         v.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
         v
+    }
+
+    /// One task as its snapshot with pushes on top; `None` once deleted.
+    pub fn one(&self, base: Option<Task>) -> Option<Task> {
+        let base = base?;
+        if self.deleted.contains(&base.id) {
+            return None;
+        }
+        Some(match self.tasks.get(&base.id) {
+            Some(pushed) => merge_task(pushed, base),
+            None => base,
+        })
     }
 }
 
@@ -160,9 +191,25 @@ impl SessionBook {
         }
     }
 
-    /// Newest first, as the server lists them.
-    pub fn ordered(&self) -> Vec<Session> {
-        let mut v: Vec<Session> = self.sessions.values().cloned().collect();
+    /// Snapshot sessions with pushes on top (by revision), newest first as the server lists
+    /// them; sessions known only from pushes (just created) are included.
+    pub fn view(&self, task_id: &str, base: &[Session]) -> Vec<Session> {
+        let mut merged: BTreeMap<String, Session> = base
+            .iter()
+            .map(|s| {
+                let s = match self.sessions.get(&s.id) {
+                    Some(pushed) => merge_session(pushed, s.clone()),
+                    None => s.clone(),
+                };
+                (s.id.clone(), s)
+            })
+            .collect();
+        for (id, s) in &self.sessions {
+            if s.task_id == task_id && !merged.contains_key(id) {
+                merged.insert(id.clone(), s.clone());
+            }
+        }
+        let mut v: Vec<Session> = merged.into_values().collect();
         v.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         v
     }
@@ -186,6 +233,23 @@ impl Transcript {
             .messages
             .partition_point(|x| (&x.created_at, &x.id) < (&m.created_at, &m.id));
         self.messages.insert(at, m);
+    }
+
+    /// A snapshot page (ascending) merged with what pushes brought meanwhile: for a message in
+    /// both, the later `updated_at` wins.
+    pub fn with_snapshot(&self, page: &[Message], more_before: bool) -> Transcript {
+        let mut t = Transcript {
+            messages: page.to_vec(),
+            more_before,
+        };
+        for m in &self.messages {
+            match t.position(&m.id) {
+                Some(i) if t.messages[i].updated_at >= m.updated_at => {}
+                Some(i) => t.messages[i] = m.clone(),
+                None => t.insert_sorted(m.clone()),
+            }
+        }
+        t
     }
 
     /// A page of older messages (ascending) in front of what is held.
@@ -364,6 +428,7 @@ mod tests {
                 kind: MessageKind::Text,
                 content: updated_at.into(),
                 pending_id: None,
+                html: None,
                 created_at: id.into(),
                 updated_at: updated_at.into(),
             },

@@ -1,6 +1,11 @@
 //! Size limits on everything a client or an agent can send, shared by the server (which
 //! refuses with a clear error) and the browser (counters, maxlength).
 
+/// One page of the task list.
+pub const TASK_PAGE_DEFAULT: u32 = 100;
+pub const TASK_PAGE_MAX: u32 = 500;
+/// A title search.
+pub const QUERY_CHARS: usize = 200;
 /// Task titles and descriptions.
 pub const TITLE_CHARS: usize = 300;
 pub const DESCRIPTION_CHARS: usize = 20_000;

@@ -16,9 +16,9 @@ pub use notification::{Envelope, EnvelopeBody, MessageChange, Notification, Pend
 pub use pending::{PendingAction, PendingActionRevision};
 pub use session::{Session, SessionState};
 pub use summary::{LastError, PrimarySessionRef, Summary, SummaryBody};
-pub use task::Task;
+pub use task::{Task, TaskPage, TaskQuery};
 pub use transcript::{
-    Answer, Bundle, BundleStatus, Message, MessageAuthor, MessageKind, Permission,
+    Answer, Bundle, BundleStatus, Message, MessageAuthor, MessageKind, MessagePage, Permission,
     PermissionOption, Question, QuestionOption, Response, Turn,
 };
 pub use workflow::{AgentProfile, Workflow, WorkflowStep};

@@ -19,3 +19,33 @@ pub struct Task {
     pub created_at: String,
     pub updated_at: String,
 }
+
+/// `GET /tasks` parameters (and the sidebar's server function): one page of the task list,
+/// most recently updated first.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskQuery {
+    /// 1–500 (default 100).
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// Archived tasks instead of open ones.
+    #[serde(default)]
+    pub archived: Option<bool>,
+    /// Only tasks with a pending action (P2).
+    #[serde(default)]
+    pub pending: Option<bool>,
+    /// Title contains (case-insensitive).
+    #[serde(default)]
+    pub q: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskPage {
+    pub tasks: Vec<Task>,
+    /// P9: this server's projection epoch.
+    pub epoch: String,
+    /// Null on the last page.
+    pub next_cursor: Option<String>,
+}

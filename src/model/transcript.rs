@@ -52,8 +52,20 @@ pub struct Message {
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_id: Option<String>,
+    /// Agent text and thoughts rendered from Markdown and sanitized by the server (the UI's
+    /// `agent-markdown`); absent for everything else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub html: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+}
+
+/// One page of a transcript, oldest first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MessagePage {
+    pub messages: Vec<Message>,
+    /// Whether older messages exist before the first one.
+    pub more_before: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -16,9 +16,7 @@ use crate::server::state::AppState;
 use crate::server::summary::{projector, reconcile};
 use crate::server::time::Clock;
 
-/// The bundled mock agent profile (spec/api.md); its command is resolved next to the server
-/// binary when launched.
-pub const MOCK_PROFILE: &str = "mock";
+pub use crate::server::orchestrator::profiles::MOCK_PROFILE;
 
 /// Events a slow subscriber may fall behind before it must resync (P10).
 pub const HUB_CAPACITY: usize = 1024;

@@ -1,37 +1,128 @@
+//! The chat of the active session: the transcript newest-last (paged upward for long
+//! sessions), agent text as sanitized Markdown, tool calls and thoughts as collapsed rows, the
+//! active question (N4/N5), the pending permission request (N6) and the composer.
+
 use leptos::prelude::*;
 
-use crate::api::transcript::{SendPrompt, active_question, session_messages};
-use crate::model::Message;
+use crate::api::transcript::{SendPrompt, active_question, pending_permission, session_messages};
+use crate::client::store::Transcript;
+use crate::model::{Message, MessageAuthor, MessageKind};
 use crate::ui::clarification::Overlay;
 use crate::ui::live::Live;
+use crate::ui::permission::PermissionPrompt;
 
-/// The transcript of the active session, its active question (N4) and the composer.
 #[component]
 pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
     let live = expect_context::<Live>();
     let send = ServerAction::<SendPrompt>::new();
-    let key = move || (session.get(), live.session.get(), send.version().get());
-    let messages = Resource::new(key, |(s, _, _)| async move {
-        match s {
-            Some(s) => session_messages(s).await,
-            None => Ok(vec![]),
+    let page = Resource::new(
+        move || (session.get(), live.resync.get()),
+        |(s, _)| async move {
+            match s {
+                Some(s) => session_messages(s, None).await.map(Some),
+                None => Ok(None),
+            }
+        },
+    );
+    // The snapshot becomes the store for this session; pushes fold into it from then on.
+    Effect::new(move |_| {
+        if let (Some(Ok(Some(p))), Some(id)) = (page.get(), session.get_untracked()) {
+            live.transcript.update(|(held, t)| {
+                let base = if held.as_deref() == Some(id.as_str()) {
+                    t.with_snapshot(&p.messages, p.more_before)
+                } else {
+                    Transcript::default().with_snapshot(&p.messages, p.more_before)
+                };
+                *held = Some(id);
+                *t = base;
+            });
         }
     });
-    let question = Resource::new(key, |(s, _, _)| async move {
-        match s {
-            Some(s) => active_question(s).await,
-            None => Ok(None),
+    let messages = move || {
+        let id = session.get();
+        let held = live
+            .transcript
+            .with(|(held, t)| (held == &id).then(|| t.clone()));
+        match held {
+            Some(t) => t,
+            None => match page.get() {
+                Some(Ok(Some(p))) => {
+                    Transcript::default().with_snapshot(&p.messages, p.more_before)
+                }
+                _ => Transcript::default(),
+            },
+        }
+    };
+    let earlier = Action::new(move |(session, before): &(String, String)| {
+        let (session, before) = (session.clone(), before.clone());
+        async move {
+            let older = session_messages(session.clone(), Some(before)).await;
+            if let Ok(p) = &older {
+                live.transcript.update(|(held, t)| {
+                    if held.as_deref() == Some(session.as_str()) {
+                        t.prepend(p.messages.clone(), p.more_before);
+                    }
+                });
+            }
+            older
         }
     });
+    let question = Resource::new(
+        move || (session.get(), live.resync.get(), live.questions.get()),
+        |(s, _, _)| async move {
+            match s {
+                Some(s) => active_question(s).await,
+                None => Ok(None),
+            }
+        },
+    );
+    let permission = Resource::new(
+        move || (session.get(), live.resync.get(), live.permissions.get()),
+        |(s, _, _)| async move {
+            match s {
+                Some(s) => pending_permission(s).await,
+                None => Ok(None),
+            }
+        },
+    );
     view! {
         <div class="chat" data-testid="chat-panel" data-active-session-id=move || session.get().unwrap_or_default()>
             <Show when=move || session.get().is_some() fallback=|| view! { <p class="muted">"No session selected."</p> }>
                 <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
                     {move || Suspend::new(async move {
-                        match messages.await {
-                            Ok(list) => view! { <Transcript list /> }.into_any(),
+                        match page.await {
                             Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
+                            Ok(_) => view! {
+                                <ol class="transcript" aria-label="Transcript">
+                                    <Show when=move || messages().more_before>
+                                        <li class="load-earlier">
+                                            <button
+                                                class="secondary"
+                                                data-testid="transcript-load-earlier"
+                                                disabled=move || earlier.pending().get()
+                                                on:click=move |_| {
+                                                    let first = messages().messages.first().map(|m| m.id.clone());
+                                                    if let (Some(s), Some(first)) = (session.get_untracked(), first) {
+                                                        earlier.dispatch((s, first));
+                                                    }
+                                                }
+                                            >
+                                                "Load earlier messages"
+                                            </button>
+                                        </li>
+                                    </Show>
+                                    <For each=move || messages().messages key=|m| (m.id.clone(), m.updated_at.clone()) let:m>
+                                        <Row m />
+                                    </For>
+                                </ol>
+                            }
+                            .into_any(),
                         }
+                    })}
+                </Suspense>
+                <Suspense>
+                    {move || Suspend::new(async move {
+                        permission.await.ok().flatten().map(|p| view! { <PermissionPrompt permission=p /> })
                     })}
                 </Suspense>
                 <Suspense>
@@ -39,31 +130,61 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
                         question.await.ok().flatten().map(|bundle| view! { <Overlay bundle /> })
                     })}
                 </Suspense>
+                {move || live.expired.get().map(|_| view! {
+                    <p class="notice" data-testid="clarification-expired-notice" role="status">
+                        "The agent's question expired: its session ended."
+                    </p>
+                })}
                 <ActionForm action=send attr:class="composer">
                     <input type="hidden" name="session_id" prop:value=move || session.get().unwrap_or_default() />
                     <textarea name="content" data-testid="prompt-input" aria-label="Message to the agent" placeholder="Message the agent…" required></textarea>
                     <button type="submit" data-testid="prompt-send">"Send"</button>
                 </ActionForm>
+                {move || send.value().get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
             </Show>
         </div>
     }
 }
 
+/// One transcript row: agent text as the server's sanitized Markdown, tool calls and thoughts
+/// collapsed, everything else as plain text.
 #[component]
-fn Transcript(list: Vec<Message>) -> impl IntoView {
+fn Row(m: Message) -> impl IntoView {
+    let class = format!("chat-message {} {}", m.author.as_str(), m.kind.as_str());
+    let body = match (m.author, m.kind, m.html.clone()) {
+        (MessageAuthor::Agent, MessageKind::Thinking, html) => view! {
+            <details class="collapsed">
+                <summary>"Thinking"</summary>
+                <Markdown html=html text=m.content.clone() />
+            </details>
+        }
+        .into_any(),
+        (_, MessageKind::ToolCall, _) => view! {
+            <details class="collapsed">
+                <summary>"Tool call: " {m.content.clone()}</summary>
+            </details>
+        }
+        .into_any(),
+        (MessageAuthor::Agent, MessageKind::Text, html) => {
+            view! { <Markdown html=html text=m.content.clone() /> }.into_any()
+        }
+        _ => view! { <div class="plain">{m.content.clone()}</div> }.into_any(),
+    };
     view! {
-        <ol class="transcript" aria-label="Transcript">
-            {list
-                .into_iter()
-                .map(|m| {
-                    let class = format!("chat-message {} {}", m.author.as_str(), m.kind.as_str());
-                    view! {
-                        <li class=class data-testid="chat-message" data-kind=m.kind.as_str() data-message-id=m.id.clone()>
-                            {m.content}
-                        </li>
-                    }
-                })
-                .collect_view()}
-        </ol>
+        <li class=class data-testid="chat-message" data-kind=m.kind.as_str() data-message-id=m.id.clone()>
+            {body}
+        </li>
+    }
+}
+
+/// HTML the server rendered and sanitized (ammonia); plain text when it sent none.
+#[component]
+fn Markdown(html: Option<String>, text: String) -> impl IntoView {
+    match html {
+        Some(html) => {
+            view! { <div class="markdown" data-testid="agent-markdown" inner_html=html></div> }
+                .into_any()
+        }
+        None => view! { <div class="plain">{text}</div> }.into_any(),
     }
 }

@@ -1,8 +1,11 @@
 //! The phone drawer (N1/N2 on phones): the sidebar itself becomes a bottom sheet with
 //! `role="dialog"` named "Tasks". It closes only after the picked task's session and URL are
-//! set (or the task resolved to no session).
+//! set (or the task resolved to no session); Escape or the menu button close it, and focus goes
+//! back to the button. Closing before the pick resolved makes the pick inert (N2).
 
 use leptos::prelude::*;
+
+use crate::ui::nav::Navigator;
 
 /// Shared by the sidebar (which renders the drawer) and the task page (which reports when a
 /// task's session is resolved).
@@ -13,6 +16,35 @@ pub struct Drawer {
     pub picked: RwSignal<Option<String>>,
     /// The task whose session selection is settled (URL set, or no session to open).
     pub resolved: RwSignal<Option<String>>,
+}
+
+impl Drawer {
+    /// Closes the drawer by hand: a pick still loading becomes inert (N2).
+    pub fn close(&self) {
+        if self.picked.get_untracked().is_some()
+            && let Some(nav) = use_context::<Navigator>()
+        {
+            nav.invalidate();
+        }
+        self.open.set(false);
+        self.picked.set(None);
+        focus_menu_button();
+    }
+}
+
+fn focus_menu_button() {
+    #[cfg(feature = "hydrate")]
+    {
+        use wasm_bindgen::JsCast;
+        if let Some(button) = document()
+            .query_selector("[data-testid=mobile-session-menu]")
+            .ok()
+            .flatten()
+            .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok())
+        {
+            let _ = button.focus();
+        }
+    }
 }
 
 pub fn provide_drawer() -> Drawer {
@@ -28,6 +60,7 @@ pub fn provide_drawer() -> Drawer {
         if d.open.get_untracked() && picked.is_some() && picked == resolved {
             d.open.set(false);
             d.picked.set(None);
+            focus_menu_button();
         }
     });
     d
@@ -43,7 +76,14 @@ pub fn MobileBar() -> impl IntoView {
                 data-testid="mobile-session-menu"
                 aria-label="Open tasks"
                 aria-expanded=move || d.open.get().to_string()
-                on:click=move |_| d.open.update(|o| *o = !*o)
+                on:click=move |_| {
+                    if d.open.get_untracked() {
+                        d.close();
+                    } else {
+                        d.resolved.set(None);
+                        d.open.set(true);
+                    }
+                }
             >
                 "☰ Tasks"
             </button>

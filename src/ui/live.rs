@@ -1,32 +1,127 @@
-//! The live channel: one WebSocket per page (`/ws`). Notifications bump version signals that
-//! resources include in their keys, so views refetch their snapshot; `resync` (on connect,
-//! after a restart, on lag) refetches everything (P10). `<body data-ws>` shows the state.
+//! The live channel: one WebSocket per page (`/ws`, through `leptos-use-websocket`, which
+//! reconnects with a fixed interval). Pushes are typed (`model::Notification`) and folded into
+//! stores with the pure merges of `client::store` (P3/P9: an older value never overwrites a
+//! newer one). A (re)connection or a `resync` bumps `resync`, so every view refetches its
+//! snapshot (P10). `<body data-ws>` and the `connection-status` indicator show the state.
 
 use leptos::prelude::*;
 
+use crate::client::notify::Alerts;
+use crate::client::store::{SessionBook, TaskBook, Transcript};
+use crate::model::Notification;
+
+/// The connection as the user sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Connection {
+    Connecting,
+    Open,
+    Reconnecting,
+}
+
 #[derive(Clone, Copy)]
 pub struct Live {
-    /// Bumped when tasks or their summaries change (sidebar, task page).
-    pub tasks: RwSignal<u64>,
-    /// Bumped when the watched session's transcript, turns, state or questions change.
-    pub session: RwSignal<u64>,
+    /// Tasks the socket told us about (merged over page snapshots by `client::store`).
+    pub tasks: RwSignal<TaskBook>,
+    /// Sessions of the task being shown.
+    pub sessions: RwSignal<SessionBook>,
+    /// The watched session's transcript (with its id).
+    pub transcript: RwSignal<(Option<String>, Transcript)>,
+    /// The task being shown (sessions pushes are kept for it).
+    pub shown_task: RwSignal<Option<String>>,
     /// The session the page shows; the socket subscribes to it.
     pub watched: RwSignal<Option<String>>,
+    /// Bumped on every (re)connection and `resync`: snapshots refetch (P10).
+    pub resync: RwSignal<u64>,
+    /// Bumped when the watched session's questions change (the overlay refetches).
+    pub questions: RwSignal<u64>,
+    /// Bumped when the watched session's permission requests change.
+    pub permissions: RwSignal<u64>,
+    /// Bumped when the shown task's sessions change in ways pushes do not carry.
+    pub session_list: RwSignal<u64>,
+    pub connection: RwSignal<Connection>,
+    /// The watched session's question that expired (its session ended), until a new one.
+    pub expired: RwSignal<Option<String>>,
+    /// New questions and permission requests elsewhere (title count, browser notifications).
+    pub alerts: RwSignal<Alerts>,
 }
 
 impl Live {
-    pub fn bump_all(&self) {
-        self.tasks.update(|v| *v += 1);
-        self.session.update(|v| *v += 1);
+    /// Applies one push to every store it concerns.
+    pub fn apply(&self, n: &Notification) {
+        if matches!(n, Notification::Resync { .. }) {
+            self.resync.update(|v| *v += 1);
+            return;
+        }
+        self.tasks.update(|b| {
+            b.apply(n);
+        });
+        if let Some(task) = self.shown_task.get_untracked() {
+            self.sessions.update(|b| {
+                b.apply(&task, n);
+            });
+            if matches!(n, Notification::SessionCreated { session } if session.task_id == task) {
+                self.session_list.update(|v| *v += 1);
+            }
+        }
+        let watched = self.watched.get_untracked();
+        if let Some(session) = &watched {
+            self.transcript.update(|(id, t)| {
+                if id.as_deref() == Some(session.as_str()) {
+                    t.apply(session, n);
+                }
+            });
+        }
+        let ours = watched.is_some() && n.session_id() == watched.as_deref();
+        match n {
+            Notification::ClarificationExpired { bundle } if ours => {
+                self.expired.set(Some(bundle.pending_id.clone()));
+                self.questions.update(|v| *v += 1)
+            }
+            Notification::ClarificationRequested { .. } if ours => {
+                self.expired.set(None);
+                self.questions.update(|v| *v += 1)
+            }
+            Notification::ClarificationRequested { .. }
+            | Notification::ClarificationAnswered { .. }
+            | Notification::ClarificationRejected { .. }
+            | Notification::ClarificationDetached { .. }
+            | Notification::ClarificationExpired { .. }
+            | Notification::ClarificationStaleDismissed { .. }
+            | Notification::ClarificationRestored { .. }
+            | Notification::TurnStarted { .. }
+                if ours =>
+            {
+                self.questions.update(|v| *v += 1)
+            }
+            Notification::PermissionRequested { .. } | Notification::PermissionResolved { .. }
+                if ours =>
+            {
+                self.permissions.update(|v| *v += 1)
+            }
+            _ => {}
+        }
+        let shown = self.shown_task.get_untracked();
+        self.alerts.update(|a| {
+            a.on_push(n, shown.as_deref());
+        });
     }
 }
 
 /// Provides [`Live`] and, in the browser, connects the socket.
 pub fn provide_live() -> Live {
     let live = Live {
-        tasks: RwSignal::new(0),
-        session: RwSignal::new(0),
+        tasks: RwSignal::new(TaskBook::default()),
+        sessions: RwSignal::new(SessionBook::default()),
+        transcript: RwSignal::new((None, Transcript::default())),
+        shown_task: RwSignal::new(None),
         watched: RwSignal::new(None),
+        resync: RwSignal::new(0),
+        questions: RwSignal::new(0),
+        permissions: RwSignal::new(0),
+        session_list: RwSignal::new(0),
+        connection: RwSignal::new(Connection::Connecting),
+        expired: RwSignal::new(None),
+        alerts: RwSignal::new(Alerts::default()),
     };
     provide_context(live);
     #[cfg(feature = "hydrate")]
@@ -34,17 +129,42 @@ pub fn provide_live() -> Live {
     live
 }
 
+/// The `connection-status` indicator.
+#[component]
+pub fn ConnectionStatus() -> impl IntoView {
+    let live = expect_context::<Live>();
+    let text = move || match live.connection.get() {
+        Connection::Connecting => "Connecting…",
+        Connection::Open => "Live",
+        Connection::Reconnecting => "Reconnecting…",
+    };
+    view! {
+        <p
+            class="connection-status"
+            class:live=move || live.connection.get() == Connection::Open
+            data-testid="connection-status"
+            role="status"
+            aria-live="polite"
+        >
+            {text}
+        </p>
+    }
+}
+
 #[cfg(feature = "hydrate")]
 mod browser {
-    use std::time::Duration;
+    use std::sync::Arc;
 
+    use codee::string::FromToStringCodec;
     use leptos::prelude::*;
-    use serde_json::{Value, json};
-    use wasm_bindgen::JsCast;
-    use wasm_bindgen::closure::Closure;
-    use web_sys::{MessageEvent, WebSocket};
+    use leptos_use_websocket::{
+        ConnectionReadyState, ReconnectLimit, UseWebSocketOptions, UseWebSocketReturn,
+        use_websocket_with_options,
+    };
+    use serde_json::json;
 
-    use super::Live;
+    use super::{Connection, Live};
+    use crate::model::{Envelope, EnvelopeBody};
 
     fn set_body_ws(state: &str) {
         if let Some(body) = document().body() {
@@ -52,92 +172,62 @@ mod browser {
         }
     }
 
-    fn subscribe(ws: &WebSocket, session: &str) {
-        let msg = json!({ "type": "request", "id": 1, "action": "subscribe.session", "payload": { "session_id": session } });
-        let _ = ws.send_with_str(&msg.to_string());
+    fn subscribe_frame(session: &str) -> String {
+        json!({ "type": "request", "id": 1, "action": "subscribe.session", "payload": { "session_id": session } })
+            .to_string()
     }
 
     pub fn start(live: Live) {
-        let socket = StoredValue::new_local(None::<WebSocket>);
-        // Subscribe whenever the watched session changes (and the socket is open).
+        let on_message = move |text: &String| {
+            let Ok(envelope) = serde_json::from_str::<Envelope>(text) else {
+                return;
+            };
+            if let EnvelopeBody::Notification(n) = envelope.body {
+                live.apply(&n);
+            }
+        };
+        let UseWebSocketReturn {
+            ready_state, send, ..
+        } = use_websocket_with_options::<String, String, FromToStringCodec, _, _>(
+            "/ws",
+            UseWebSocketOptions::default()
+                .reconnect_limit(ReconnectLimit::Infinite)
+                .reconnect_interval(1000)
+                .on_message(on_message),
+        );
+        let send = Arc::new(send);
+        // Track the state; subscribe the watched session on every (re)connection and change.
+        let was_open = StoredValue::new(false);
+        Effect::new({
+            let send = send.clone();
+            move |_| {
+                let state = ready_state.get();
+                let open = state == ConnectionReadyState::Open;
+                set_body_ws(if open { "open" } else { "closed" });
+                live.connection.set(match (open, was_open.get_value()) {
+                    (true, _) => Connection::Open,
+                    (false, true) => Connection::Reconnecting,
+                    (false, false) if live.connection.get_untracked() == Connection::Open => {
+                        Connection::Reconnecting
+                    }
+                    (false, false) => live.connection.get_untracked(),
+                });
+                if open
+                    && !was_open.get_value()
+                    && let Some(id) = live.watched.get_untracked()
+                {
+                    send(&subscribe_frame(&id));
+                }
+                was_open.set_value(open);
+            }
+        });
         Effect::new(move |_| {
             let watched = live.watched.get();
-            socket.with_value(|ws| {
-                if let (Some(ws), Some(id)) = (ws, watched)
-                    && ws.ready_state() == WebSocket::OPEN
-                {
-                    subscribe(ws, &id);
-                }
-            });
-        });
-        Effect::new(move |_| connect(live, socket));
-    }
-
-    fn connect(live: Live, socket: StoredValue<Option<WebSocket>, LocalStorage>) {
-        let location = window().location();
-        let scheme = if location.protocol().ok().as_deref() == Some("https:") {
-            "wss"
-        } else {
-            "ws"
-        };
-        let Ok(host) = location.host() else { return };
-        let Ok(ws) = WebSocket::new(&format!("{scheme}://{host}/ws")) else {
-            return;
-        };
-
-        let opened = ws.clone();
-        let on_open = Closure::<dyn FnMut()>::new(move || {
-            set_body_ws("open");
-            if let Some(id) = live.watched.get_untracked() {
-                subscribe(&opened, &id);
-            }
-        });
-        ws.set_onopen(Some(on_open.as_ref().unchecked_ref()));
-        on_open.forget();
-
-        let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
-            let Some(text) = e.data().as_string() else {
-                return;
-            };
-            let Ok(frame) = serde_json::from_str::<Value>(&text) else {
-                return;
-            };
-            if frame["type"] != "notification" {
-                return;
-            }
-            let action = frame["action"].as_str().unwrap_or("");
-            let payload = &frame["payload"];
-            if action == "resync" {
-                live.bump_all();
-                return;
-            }
-            if action.starts_with("task.")
-                || action.starts_with("clarification.")
-                || action.starts_with("session.state")
-                || action == "session.created"
+            if ready_state.get_untracked() == ConnectionReadyState::Open
+                && let Some(id) = watched
             {
-                live.tasks.update(|v| *v += 1);
-            }
-            let watched = live.watched.get_untracked();
-            let session_of = payload["message"]["session_id"]
-                .as_str()
-                .or(payload["turn"]["session_id"].as_str())
-                .or(payload["session"]["id"].as_str())
-                .or(payload["bundle"]["session_id"].as_str())
-                .or(payload["session_id"].as_str());
-            if watched.is_some() && session_of == watched.as_deref() {
-                live.session.update(|v| *v += 1);
+                send(&subscribe_frame(&id));
             }
         });
-        ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
-        on_message.forget();
-
-        let on_close = Closure::<dyn FnMut()>::new(move || {
-            set_body_ws("closed");
-            set_timeout(move || connect(live, socket), Duration::from_millis(1000));
-        });
-        ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
-        on_close.forget();
-        socket.set_value(Some(ws));
     }
 }

@@ -1,10 +1,14 @@
-//! Components. They render what server functions and (later) the WebSocket store give them;
-//! decisions live in `crate::client`.
+//! Components. They render what server functions and the live stores give them; decisions
+//! live in `crate::client` (pure, unit-tested).
 
+pub mod alerts;
 pub mod board;
 pub mod chat;
 pub mod clarification;
 pub mod drawer;
 pub mod live;
+pub mod nav;
+pub mod permission;
+pub mod settings;
 pub mod sidebar;
 pub mod task;

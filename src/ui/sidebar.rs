@@ -1,21 +1,24 @@
+//! The task list: the first page of open tasks (most recently updated first), every task with
+//! a pending action (always listed), "load more" for the rest, a title filter, archive; pending
+//! icons by P2 (`task_pending_action`). Pushes update it live (`Live::tasks`). On phones the
+//! same list is the Tasks drawer.
+
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
-use crate::api::tasks::{CreateTask, list_tasks};
-use crate::model::{PendingAction, Task};
+use crate::api::tasks::{CreateTask, archive_task, list_tasks};
+use crate::model::{PendingAction, Task, TaskQuery};
 use crate::ui::drawer::Drawer;
 use crate::ui::live::Live;
+use crate::ui::nav::Navigator;
 
-/// The task list with pending icons (P2 via `task_pending_action`), kept live by the socket.
+/// Tasks per page in the sidebar.
+const PAGE: u32 = 50;
+
 #[component]
 pub fn Sidebar() -> impl IntoView {
-    let live = expect_context::<Live>();
     let drawer = expect_context::<Drawer>();
     let create = ServerAction::<CreateTask>::new();
-    let tasks = Resource::new(
-        move || (live.tasks.get(), create.version().get()),
-        |_| list_tasks(),
-    );
     let navigate = use_navigate();
     Effect::new(move |_| {
         if let Some(Ok(task)) = create.value().get() {
@@ -29,36 +32,148 @@ pub fn Sidebar() -> impl IntoView {
             role=move || drawer.open.get().then_some("dialog")
             aria-modal=move || drawer.open.get().then_some("true")
             aria-label="Tasks"
+            on:keydown=move |e| {
+                if e.key() == "Escape" && drawer.open.get_untracked() {
+                    drawer.close();
+                }
+            }
         >
-            <h1 class="brand">"Turnstile"</h1>
+            <header class="sidebar-head">
+                <a class="brand" href="/">"Turnstile"</a>
+            </header>
             <ActionForm action=create attr:class="new-task">
-                <input name="title" placeholder="New task title" aria-label="Task title" required />
+                <input name="title" placeholder="New task title" aria-label="Task title" required maxlength=crate::model::limits::TITLE_CHARS />
                 <input name="prompt" placeholder="First prompt for the agent (optional)" aria-label="First prompt" />
                 <button type="submit" data-testid="new-task-submit">"Create task"</button>
             </ActionForm>
             {move || create.value().get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
-            <Suspense fallback=|| view! { <p class="muted">"Loading tasks…"</p> }>
-                {move || Suspend::new(async move {
-                    match tasks.await {
-                        Ok(tasks) if tasks.is_empty() => view! { <p class="muted">"No tasks yet."</p> }.into_any(),
-                        Ok(tasks) => view! {
-                            <ul class="task-list">
-                                {tasks.into_iter().map(|task| view! { <TaskRow task /> }).collect_view()}
-                            </ul>
-                        }
-                        .into_any(),
-                        Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Suspense>
+            <TaskList />
+            <footer class="sidebar-foot">
+                <a href="/settings">"Settings"</a>
+                <crate::ui::alerts::EnableNotifications />
+            </footer>
         </nav>
     }
 }
 
 #[component]
-fn TaskRow(task: Task) -> impl IntoView {
-    let href = format!("/t/{}", task.id);
-    let icon = match task.task_pending_action {
+fn TaskList() -> impl IntoView {
+    let live = expect_context::<Live>();
+    let search = RwSignal::new(String::new());
+    let query = move || search.get().trim().to_string();
+    // Snapshots: the first page, and every task with a pending action (P2: always listed).
+    let first = Resource::new(
+        move || (live.resync.get(), query()),
+        |(_, q)| {
+            list_tasks(TaskQuery {
+                limit: Some(PAGE),
+                q: (!q.is_empty()).then_some(q),
+                ..Default::default()
+            })
+        },
+    );
+    let pending = Resource::new(
+        move || live.resync.get(),
+        |_| {
+            list_tasks(TaskQuery {
+                limit: Some(500),
+                pending: Some(true),
+                ..Default::default()
+            })
+        },
+    );
+    // Later pages, appended by "load more" (reset whenever the first page reloads).
+    let more = RwSignal::new(Vec::<Task>::new());
+    let cursor = RwSignal::new(None::<String>);
+    Effect::new(move |_| {
+        if let Some(Ok(page)) = first.get() {
+            more.set(vec![]);
+            cursor.set(page.next_cursor);
+        }
+    });
+    let load_more = Action::new(move |cursor: &String| {
+        let (cursor, q) = (cursor.clone(), query());
+        async move {
+            list_tasks(TaskQuery {
+                limit: Some(PAGE),
+                cursor: Some(cursor),
+                q: (!q.is_empty()).then_some(q),
+                ..Default::default()
+            })
+            .await
+        }
+    });
+    Effect::new(move |_| {
+        if let Some(Ok(page)) = load_more.value().get() {
+            more.update(|m| m.extend(page.tasks));
+            cursor.set(page.next_cursor);
+        }
+    });
+    let rows = move || {
+        let q = query().to_lowercase();
+        let mut base: Vec<Task> = vec![];
+        if let Some(Ok(p)) = first.get() {
+            base.extend(p.tasks);
+        }
+        if let Some(Ok(p)) = pending.get() {
+            base.extend(p.tasks);
+        }
+        base.extend(more.get());
+        live.tasks.with(|book| {
+            book.view(&base, |t| {
+                !t.archived && (q.is_empty() || t.title.to_lowercase().contains(&q))
+            })
+        })
+    };
+    view! {
+        <input
+            class="search"
+            type="search"
+            data-testid="sidebar-search"
+            aria-label="Filter tasks by title"
+            placeholder="Filter tasks"
+            maxlength=crate::model::limits::QUERY_CHARS
+            prop:value=move || search.get()
+            on:input=move |e| search.set(event_target_value(&e))
+        />
+        <Suspense fallback=|| view! { <p class="muted">"Loading tasks…"</p> }>
+            {move || Suspend::new(async move {
+                match first.await {
+                    Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
+                    Ok(_) => view! {
+                        <Show when=move || !rows().is_empty() fallback=|| view! { <p class="muted">"No tasks."</p> }>
+                            <ul class="task-list">
+                                <For each=rows key=|t| (t.id.clone(), t.updated_at.clone(), t.task_pending_action, t.title.clone()) let:task>
+                                    <TaskRow task />
+                                </For>
+                            </ul>
+                        </Show>
+                    }
+                    .into_any(),
+                }
+            })}
+        </Suspense>
+        <Show when=move || cursor.get().is_some()>
+            <button
+                class="secondary load-more"
+                data-testid="sidebar-load-more"
+                disabled=move || load_more.pending().get()
+                on:click=move |_| {
+                    if let Some(c) = cursor.get_untracked() {
+                        load_more.dispatch(c);
+                    }
+                }
+            >
+                "Load more"
+            </button>
+        </Show>
+    }
+}
+
+/// The P2 icon of a task (permission outranks clarification).
+#[component]
+pub fn PendingIcon(pending: Option<PendingAction>) -> impl IntoView {
+    match pending {
         Some(PendingAction::Clarification) => Some(
             view! {
                 <span class="pending-icon" data-testid="task-state-waiting-for-input" title="Waiting for your answer" aria-label="Waiting for your answer">"?"</span>
@@ -72,25 +187,55 @@ fn TaskRow(task: Task) -> impl IntoView {
             .into_any(),
         ),
         None => None,
-    };
+    }
+}
+
+#[component]
+fn TaskRow(task: Task) -> impl IntoView {
     let drawer = expect_context::<Drawer>();
+    let nav = expect_context::<Navigator>();
+    let live = expect_context::<Live>();
+    let href = format!("/t/{}", task.id);
+    let archive = Action::new(move |id: &String| {
+        let id = id.clone();
+        async move {
+            let archived = archive_task(id, true).await;
+            if let Ok(t) = &archived {
+                live.tasks.update(|b| b.merge([t.clone()]));
+            }
+            archived
+        }
+    });
     let id = task.id.clone();
+    let clicked = task.clone();
     view! {
-        <li>
+        <li class="task-row">
             <a
                 class="task-item"
                 href=href
                 data-testid="sidebar-task-item"
                 data-task-id=task.id.clone()
                 on:click=move |_| {
+                    nav.click(&clicked);
                     if drawer.open.get_untracked() {
-                        drawer.picked.set(Some(id.clone()));
+                        drawer.picked.set(Some(clicked.id.clone()));
                     }
                 }
             >
-                <span class="task-title">{task.title}</span>
-                {icon}
+                <span class="task-title">{task.title.clone()}</span>
+                <PendingIcon pending=task.task_pending_action />
             </a>
+            <button
+                class="icon archive"
+                title="Archive this task"
+                aria-label=format!("Archive {}", task.title)
+                data-testid="task-archive"
+                on:click=move |_| {
+                    archive.dispatch(id.clone());
+                }
+            >
+                "⌫"
+            </button>
         </li>
     }
 }

@@ -1,30 +1,74 @@
+//! A task: its title and step, session tabs with human labels and pending markers, starting
+//! another session, cancelling the open turn, and the chat of the active session
+//! (`?session=`). Without one, the session is resolved by N1/N2 from a freshly loaded session
+//! list and put in the URL.
+
 use leptos::prelude::*;
 use leptos_router::NavigateOptions;
 use leptos_router::hooks::{use_navigate, use_params_map, use_query_map};
 
-use crate::api::tasks::list_tasks;
-use crate::api::transcript::task_sessions;
-use crate::client::selection::resolve_session;
-use crate::model::{PendingAction, Session};
+use crate::api::settings::list_agent_profiles;
+use crate::api::tasks::get_task;
+use crate::api::transcript::{cancel_session, create_session, task_sessions};
+use crate::client::selection::Choice;
+use crate::model::{PendingAction, Session, SessionState, Task};
 use crate::ui::chat::ChatPanel;
 use crate::ui::drawer::Drawer;
 use crate::ui::live::Live;
+use crate::ui::nav::Navigator;
 
-/// A task: its session tabs and the chat of the active session (`?session=`). Without one,
-/// the session is resolved from a fresh session list (N1) and put in the URL.
+/// What a tab says about its session.
+pub fn session_label(s: &Session) -> &'static str {
+    match (s.state, s.pending_action) {
+        (_, Some(PendingAction::Clarification)) => "Waiting for your answer",
+        (_, Some(PendingAction::Permission)) => "Waiting for a permission",
+        (SessionState::Created, _) => "New",
+        (SessionState::Starting, _) => "Starting…",
+        (SessionState::Running, _) => "Working…",
+        (SessionState::WaitingForInput, _) => "Idle",
+        (SessionState::Completed, _) => "Done",
+        (SessionState::Failed, _) => "Failed",
+        (SessionState::Cancelled, _) => "Cancelled",
+    }
+}
+
 #[component]
 pub fn TaskPage() -> impl IntoView {
     let live = expect_context::<Live>();
     let drawer = expect_context::<Drawer>();
+    let nav = expect_context::<Navigator>();
     let params = use_params_map();
     let query = use_query_map();
     let task_id = Memo::new(move |_| params.read().get("task_id").unwrap_or_default());
     let selected = Memo::new(move |_| query.read().get("session").filter(|s| !s.is_empty()));
+    // A fresh load per click (N1: a pending task always reloads its sessions before choosing).
+    let ticket = move || nav.intent.get().map(|i| i.ticket);
     let sessions = Resource::new(
-        move || (task_id.get(), live.tasks.get(), live.session.get()),
-        |(id, _, _)| task_sessions(id),
+        move || {
+            (
+                task_id.get(),
+                live.resync.get(),
+                live.session_list.get(),
+                ticket(),
+            )
+        },
+        |(id, ..)| task_sessions(id),
     );
-    let tasks = Resource::new(move || live.tasks.get(), |_| list_tasks());
+    let task = Resource::new(
+        move || (task_id.get(), live.resync.get()),
+        |(id, _)| get_task(id),
+    );
+    let current_task = move || live.tasks.with(|b| b.one(task.get().and_then(Result::ok)));
+    let session_list = move || {
+        let base = sessions.get().and_then(Result::ok).unwrap_or_default();
+        live.sessions.with(|b| b.view(&task_id.get(), &base))
+    };
+    Effect::new(move |_| {
+        let id = task_id.get();
+        live.shown_task.set(Some(id.clone()));
+        live.alerts.update(|a| a.viewing(&id));
+    });
+    on_cleanup(move || live.shown_task.set(None));
     let navigate = use_navigate();
     Effect::new(move |_| {
         let id = task_id.get();
@@ -32,23 +76,31 @@ pub fn TaskPage() -> impl IntoView {
             drawer.resolved.set(Some(id));
             return;
         }
-        let (Some(Ok(list)), Some(Ok(all))) = (sessions.get(), tasks.get()) else {
+        let (Some(Ok(list)), Some(Some(task))) = (
+            sessions.get(),
+            task.get()
+                .map(|t| live.tasks.with_untracked(|b| b.one(t.ok()))),
+        ) else {
             return;
         };
-        let pending: Option<PendingAction> = all
-            .iter()
-            .find(|t| t.id == id)
-            .and_then(|t| t.task_pending_action);
-        match resolve_session(pending, &list, remembered(&id).as_deref()) {
-            Some(session) => navigate(
-                &format!("/t/{id}?session={session}"),
-                NavigateOptions {
-                    replace: true,
-                    ..Default::default()
-                },
-            ),
-            // N1: nothing matches: the task opens with no session selected.
-            None => drawer.resolved.set(Some(id)),
+        let intent = nav.intent_for(&task);
+        match nav.decide(&intent, &task, &list, remembered(&id).as_deref()) {
+            Choice::Session(session) => {
+                nav.settled(&intent);
+                navigate(
+                    &format!("/t/{id}?session={session}"),
+                    NavigateOptions {
+                        replace: true,
+                        ..Default::default()
+                    },
+                );
+            }
+            // N1: nothing matches (or the task changed meanwhile): the task opens alone.
+            Choice::TaskOnly => {
+                nav.settled(&intent);
+                drawer.resolved.set(Some(id));
+            }
+            Choice::Stale => {}
         }
     });
     Effect::new(move |_| {
@@ -60,10 +112,18 @@ pub fn TaskPage() -> impl IntoView {
     });
     view! {
         <section class="task-page" data-task-id=move || task_id.get()>
+            <Suspense fallback=|| view! { <p class="muted">"Loading the task…"</p> }>
+                {move || Suspend::new(async move {
+                    match task.await {
+                        Ok(_) => view! { <TaskHeader task=Signal::derive(current_task) /> }.into_any(),
+                        Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
+                    }
+                })}
+            </Suspense>
             <Suspense fallback=|| view! { <p class="muted">"Loading sessions…"</p> }>
                 {move || Suspend::new(async move {
                     match sessions.await {
-                        Ok(list) => view! { <SessionTabs list task_id=task_id.get_untracked() selected /> }.into_any(),
+                        Ok(_) => view! { <SessionTabs list=Signal::derive(session_list) task_id selected /> }.into_any(),
                         Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
                     }
                 })}
@@ -74,38 +134,156 @@ pub fn TaskPage() -> impl IntoView {
 }
 
 #[component]
+fn TaskHeader(task: Signal<Option<Task>>) -> impl IntoView {
+    view! {
+        <header class="task-header">
+            <h1 class="task-heading">{move || task.get().map(|t| t.title).unwrap_or_default()}</h1>
+            {move || {
+                task.get()
+                    .and_then(|t| t.status_summary)
+                    .and_then(|s| s.body.last_error)
+                    .map(|e| view! { <p class="error last-error" role="status">{e.message}</p> })
+            }}
+        </header>
+    }
+}
+
+#[component]
 fn SessionTabs(
-    list: Vec<Session>,
-    task_id: String,
+    list: Signal<Vec<Session>>,
+    task_id: Memo<String>,
     selected: Memo<Option<String>>,
 ) -> impl IntoView {
+    let adding = RwSignal::new(false);
+    let cancel = Action::new(move |session: &String| {
+        let session = session.clone();
+        async move { cancel_session(session).await }
+    });
+    let active_running = move || {
+        let sel = selected.get();
+        list.get().iter().any(|s| {
+            Some(&s.id) == sel.as_ref()
+                && matches!(s.state, SessionState::Running | SessionState::Starting)
+        })
+    };
     view! {
-        <nav class="session-tabs" role="tablist" aria-label="Sessions">
-            {list
-                .into_iter()
-                .map(|s| {
-                    let id = s.id.clone();
-                    let href = format!("/t/{task_id}?session={}", s.id);
-                    let active = move || selected.get().as_deref() == Some(id.as_str());
-                    let pending = s.pending_action.map(|p| p.as_str()).unwrap_or("");
-                    view! {
-                        <a
-                            class="session-tab"
-                            class:active=active.clone()
-                            role="tab"
-                            aria-selected=move || active().to_string()
-                            href=href
-                            data-testid="session-tab"
-                            data-session-id=s.id.clone()
-                            data-pending=pending
-                        >
-                            {s.name.clone()}
-                            <span class="session-state">{s.state.as_str()}</span>
-                        </a>
+        <div class="session-bar">
+            <nav class="session-tabs" role="tablist" aria-label="Sessions">
+                <For each=move || list.get() key=|s| (s.id.clone(), s.state, s.pending_action) let:s>
+                    <SessionTab s task_id selected />
+                </For>
+            </nav>
+            <div class="session-actions">
+                <button
+                    class="secondary"
+                    data-testid="session-new"
+                    aria-expanded=move || adding.get().to_string()
+                    on:click=move |_| adding.update(|a| *a = !*a)
+                >
+                    "New session"
+                </button>
+                <button
+                    class="secondary"
+                    data-testid="session-cancel"
+                    disabled=move || !active_running() || cancel.pending().get()
+                    on:click=move |_| {
+                        if let Some(s) = selected.get_untracked() {
+                            cancel.dispatch(s);
+                        }
                     }
-                })
-                .collect_view()}
-        </nav>
+                >
+                    "Cancel turn"
+                </button>
+            </div>
+            <Show when=move || adding.get()>
+                <NewSession task_id on_started=move || adding.set(false) />
+            </Show>
+        </div>
+    }
+}
+
+#[component]
+fn SessionTab(s: Session, task_id: Memo<String>, selected: Memo<Option<String>>) -> impl IntoView {
+    let id = s.id.clone();
+    let href = format!("/t/{}?session={}", task_id.get_untracked(), s.id);
+    let active = move || selected.get().as_deref() == Some(id.as_str());
+    let pending = s.pending_action.map(|p| p.as_str()).unwrap_or("");
+    view! {
+        <a
+            class="session-tab"
+            class:active=active.clone()
+            role="tab"
+            aria-selected=move || active().to_string()
+            href=href
+            data-testid="session-tab"
+            data-session-id=s.id.clone()
+            data-pending=pending
+            data-state=s.state.as_str()
+        >
+            <span class="session-name">{s.name.clone()}</span>
+            <span class="session-state">{session_label(&s)}</span>
+        </a>
+    }
+}
+
+#[component]
+fn NewSession<F>(task_id: Memo<String>, on_started: F) -> impl IntoView
+where
+    F: Fn() + Copy + Send + Sync + 'static,
+{
+    let profiles = Resource::new(|| (), |_| list_agent_profiles());
+    let profile = RwSignal::new(String::new());
+    let prompt = RwSignal::new(String::new());
+    let navigate = use_navigate();
+    let start = Action::new(move |(task, profile, prompt): &(String, String, String)| {
+        let (task, profile, prompt) = (task.clone(), profile.clone(), prompt.clone());
+        async move { create_session(task, Some(profile), prompt).await }
+    });
+    Effect::new(move |_| {
+        if let Some(Ok(session)) = start.value().get() {
+            on_started();
+            navigate(
+                &format!("/t/{}?session={session}", task_id.get_untracked()),
+                Default::default(),
+            );
+        }
+    });
+    view! {
+        <form
+            class="new-session"
+            aria-label="Start another session"
+            on:submit=move |e| {
+                e.prevent_default();
+                start.dispatch((task_id.get_untracked(), profile.get_untracked(), prompt.get_untracked()));
+            }
+        >
+            <label>
+                "Agent "
+                <select aria-label="Agent profile" on:change=move |e| profile.set(event_target_value(&e))>
+                    <option value="">"mock (bundled)"</option>
+                    <Suspense>
+                        {move || Suspend::new(async move {
+                            profiles
+                                .await
+                                .unwrap_or_default()
+                                .into_iter()
+                                .filter(|p| p.name != "mock")
+                                .map(|p| view! { <option value=p.id.clone()>{p.name.clone()}</option> })
+                                .collect_view()
+                        })}
+                    </Suspense>
+                </select>
+            </label>
+            <textarea
+                aria-label="First prompt of the new session"
+                placeholder="What should this session do?"
+                required
+                prop:value=move || prompt.get()
+                on:input=move |e| prompt.set(event_target_value(&e))
+            ></textarea>
+            <button type="submit" data-testid="session-new-start" disabled=move || start.pending().get()>"Start"</button>
+            {move || start.value().get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
+        </form>
     }
 }
 

@@ -52,7 +52,9 @@ test("Skip rejects the question and the overlay closes", async ({ page, request 
   const task = await api.createTask("Skip test", { prompt: "/e2e:clarification-multi" });
   await page.goto(`/t/${task.id}`);
   const overlay = page.getByTestId("clarification-overlay");
-  await expect(overlay).toContainText("Where should it be deployed?");
+  // One question at a time (N5 stepper): the first of three.
+  await expect(overlay).toContainText("Question 1 of 3");
+  await expect(overlay).toContainText("Which database should we use for this project?");
   await page.getByTestId("clarification-skip").click();
   await expect(overlay).toHaveCount(0);
   await expect(page.getByTestId("chat-message").filter({ hasText: '"rejected":true' })).toBeVisible();

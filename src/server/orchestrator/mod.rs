@@ -6,5 +6,6 @@ pub mod publish;
 pub mod sessions;
 pub mod stream;
 pub mod tasks;
+pub mod transcript;
 pub mod worker;
 pub mod workflow;

@@ -16,6 +16,23 @@ pub async fn get(state: &AppState, id: &str) -> Result<Permission, AppError> {
         .ok_or_else(|| AppError::NotFound(format!("permission {id}")))
 }
 
+/// P1: the session's pending permission request in its current turn, if any (what the UI
+/// shows as the permission prompt).
+pub async fn pending_for_session(
+    state: &AppState,
+    session_id: &str,
+) -> Result<Option<Permission>, AppError> {
+    let Some(turn) = state.repo.current_turn_id(session_id).await? else {
+        return Ok(None);
+    };
+    Ok(state
+        .repo
+        .latest_permission_request(session_id, &turn)
+        .await?
+        .filter(|p| p.status == "pending")
+        .map(|p| p.to_dto()))
+}
+
 /// Answers with `Some(option_id)` or cancels with `None`. The waiting agent call is taken
 /// first: only the one who takes it may resolve the request, so an answer can neither race a
 /// cancellation nor reach an agent that is gone.

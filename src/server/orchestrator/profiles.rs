@@ -6,6 +6,10 @@ use std::collections::BTreeMap;
 use crate::model::limits::{self, at_most, is_env_name};
 use crate::model::{AgentProfile, AppError};
 use crate::server::repo::NewAgentProfile;
+
+/// The bundled mock agent profile (docs/api.md); its command is the mock agent next to the
+/// server binary.
+pub const MOCK_PROFILE: &str = "mock";
 use crate::server::state::AppState;
 
 pub struct CreateProfile {
@@ -80,6 +84,75 @@ pub async fn create(state: &AppState, input: CreateProfile) -> Result<AgentProfi
         .create_agent_profile(&new, state.clock.now())
         .await?
         .to_dto())
+}
+
+/// An edit: absent fields stay; `env` sets the given names (`None` removes one). Values stay
+/// write-only: a client never needs to resend the ones it cannot see.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+pub struct ProfileEdit {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
+    #[serde(default)]
+    pub env: BTreeMap<String, Option<String>>,
+}
+
+pub async fn update(
+    state: &AppState,
+    id: &str,
+    edit: ProfileEdit,
+) -> Result<AgentProfile, AppError> {
+    let current = state
+        .repo
+        .get_agent_profile(id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("agent profile {id}")))?;
+    if current.name == MOCK_PROFILE {
+        return Err(AppError::Conflict(
+            "the bundled mock profile cannot be changed".into(),
+        ));
+    }
+    let mut env = current.env_values();
+    for (name, value) in edit.env {
+        match value {
+            Some(v) => env.insert(name, v),
+            None => env.remove(&name),
+        };
+    }
+    let merged = CreateProfile {
+        name: edit.name.unwrap_or_else(|| current.name.clone()),
+        command: edit.command.unwrap_or_else(|| current.command.clone()),
+        args: edit.args.unwrap_or_else(|| current.args_list()),
+        env,
+    };
+    validate(&merged)?;
+    if merged.name != current.name
+        && state
+            .repo
+            .get_agent_profile_by_name(&merged.name)
+            .await?
+            .is_some()
+    {
+        return Err(AppError::Conflict(format!(
+            "an agent profile named {:?} exists",
+            merged.name
+        )));
+    }
+    let new = NewAgentProfile {
+        name: merged.name,
+        command: merged.command,
+        args: merged.args,
+        env: merged.env,
+    };
+    state
+        .repo
+        .update_agent_profile(id, &new)
+        .await?
+        .map(|p| p.to_dto())
+        .ok_or_else(|| AppError::NotFound(format!("agent profile {id}")))
 }
 
 pub async fn list(state: &AppState) -> Result<Vec<AgentProfile>, AppError> {

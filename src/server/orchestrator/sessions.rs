@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use sha2::{Digest, Sha256};
 use tokio::sync::oneshot;
 
+use super::profiles::MOCK_PROFILE;
 use super::publish;
 use super::worker::{self, Command, PromptAccepted};
 use crate::model::{AppError, SessionState};
 use crate::server::agents::LaunchSpec;
 use crate::server::repo::{NewSession, RepoError, SessionRecord};
-use crate::server::startup::MOCK_PROFILE;
 use crate::server::state::AppState;
 
 pub fn hash_token(token: &str) -> String {

@@ -108,6 +108,19 @@ pub struct NewTask {
     pub step_id: Option<String>,
 }
 
+/// One page of the task list, newest update first.
+#[derive(Clone, Debug)]
+pub struct TaskFilter {
+    pub archived: bool,
+    /// A LIKE pattern over the lower-cased title (`%` and `_` in user text escaped with `\`).
+    pub title_like: Option<String>,
+    /// Only tasks whose summary shows a pending action.
+    pub pending_only: bool,
+    /// Strictly after this `(updated_at, id)` in list order.
+    pub after: Option<(Micros, String)>,
+    pub limit: i64,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct TaskPatch {
     pub title: Option<String>,
@@ -245,6 +258,12 @@ pub trait Repository: Send + Sync + 'static {
         at: Micros,
     ) -> RepoResult<AgentProfileRecord>;
     async fn list_agent_profiles(&self) -> RepoResult<Vec<AgentProfileRecord>>;
+    /// Replaces the profile's fields; `None` when it does not exist.
+    async fn update_agent_profile(
+        &self,
+        id: &str,
+        profile: &NewAgentProfile,
+    ) -> RepoResult<Option<AgentProfileRecord>>;
     async fn get_agent_profile(&self, id: &str) -> RepoResult<Option<AgentProfileRecord>>;
     async fn get_agent_profile_by_name(&self, name: &str)
     -> RepoResult<Option<AgentProfileRecord>>;
@@ -252,8 +271,10 @@ pub trait Repository: Send + Sync + 'static {
     // -- tasks --
     async fn create_task(&self, new: &NewTask, at: Micros) -> RepoResult<TaskRecord>;
     async fn get_task(&self, id: &str) -> RepoResult<Option<TaskRecord>>;
-    /// Newest first.
+    /// Every task, newest first (start-up reconciliation).
     async fn list_tasks(&self) -> RepoResult<Vec<TaskRecord>>;
+    /// One page of the task list (most recently updated first).
+    async fn list_tasks_page(&self, filter: &TaskFilter) -> RepoResult<Vec<TaskRecord>>;
     async fn update_task(
         &self,
         id: &str,
@@ -299,6 +320,13 @@ pub trait Repository: Send + Sync + 'static {
         &self,
         session_id: &str,
         after: Option<&str>,
+        limit: i64,
+    ) -> RepoResult<Vec<MessageRecord>>;
+    /// The newest `limit` messages before message `before` (or the newest overall), ascending.
+    async fn list_messages_before(
+        &self,
+        session_id: &str,
+        before: Option<&str>,
         limit: i64,
     ) -> RepoResult<Vec<MessageRecord>>;
     async fn delete_message(&self, id: &str) -> RepoResult<Option<MessageRecord>>;

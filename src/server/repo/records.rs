@@ -200,6 +200,9 @@ impl MessageRecord {
             kind: self.kind,
             content: self.content.clone(),
             pending_id: self.pending_id.clone(),
+            html: (self.author == MessageAuthor::Agent
+                && matches!(self.kind, MessageKind::Text | MessageKind::Thinking))
+            .then(|| crate::server::markdown::render(&self.content)),
             created_at: format_micros(self.created_at),
             updated_at: format_micros(self.updated_at),
         }

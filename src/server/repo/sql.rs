@@ -14,6 +14,15 @@ pub(super) const TASK_SELECT: &str = "SELECT t.id, t.title, t.description, t.sta
     (SELECT COUNT(*) FROM sessions s WHERE s.task_id = t.id) AS session_count \
     FROM tasks t";
 
+/// The rest of a task-list page (after the archived predicate): title filter (`$1`, a LIKE
+/// pattern on the lower-cased title), pending only (`$2`, from the summary's P3 column), the
+/// cursor (`$3`, `$4`: before this `updated_at`, `id`), newest first, `$5` rows.
+pub(super) const TASK_PAGE_FILTER: &str = "($1 IS NULL OR lower(t.title) LIKE $1 ESCAPE '\\') \
+    AND ($2 = FALSE OR EXISTS (SELECT 1 FROM task_status_summaries ps \
+                               WHERE ps.task_id = t.id AND ps.pending_action IS NOT NULL)) \
+    AND ($3 IS NULL OR t.updated_at < $3 OR (t.updated_at = $3 AND t.id < $4)) \
+    ORDER BY t.updated_at DESC, t.id DESC LIMIT $5";
+
 pub(super) const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, name, state, is_primary, \
     mcp_token_hash, acp_session_id, started_at, completed_at, created_at";
 
@@ -68,7 +77,7 @@ macro_rules! impl_repository {
         use crate::model::{BundleStatus, PendingAction, SessionState, SummaryBody};
         use crate::server::repo::authority::{self, BUNDLE_COLUMNS, SQL};
         use crate::server::repo::sql::{
-            MESSAGE_COLUMNS, SESSION_COLUMNS, TASK_SELECT, TURN_COLUMNS, json, questions_from_rows, stmt,
+            MESSAGE_COLUMNS, SESSION_COLUMNS, TASK_PAGE_FILTER, TASK_SELECT, TURN_COLUMNS, json, questions_from_rows, stmt,
         };
         use crate::server::repo::*;
         use crate::server::time::Micros;
@@ -279,6 +288,20 @@ macro_rules! impl_repository {
                 .await?)
             }
 
+            async fn update_agent_profile(&self, id: &str, profile: &NewAgentProfile) -> RepoResult<Option<AgentProfileRecord>> {
+                Ok(sqlx::query_as::<$db, AgentProfileRecord>(
+                    "UPDATE agent_profiles SET name = $2, command = $3, args = $4, env = $5 WHERE id = $1 \
+                     RETURNING id, name, command, args, env, created_at",
+                )
+                .bind(id)
+                .bind(&profile.name)
+                .bind(&profile.command)
+                .bind(json(&profile.args))
+                .bind(json(&profile.env))
+                .fetch_optional(&self.pool)
+                .await?)
+            }
+
             async fn get_agent_profile(&self, id: &str) -> RepoResult<Option<AgentProfileRecord>> {
                 Ok(sqlx::query_as::<$db, AgentProfileRecord>(
                     "SELECT id, name, command, args, env, created_at FROM agent_profiles WHERE id = $1",
@@ -330,6 +353,27 @@ macro_rules! impl_repository {
                 ))
                 .fetch_all(&self.pool)
                 .await?)
+            }
+
+            async fn list_tasks_page(&self, filter: &TaskFilter) -> RepoResult<Vec<TaskRecord>> {
+                // Two statements so each planner sees the literal predicate of its partial index.
+                let sql = if filter.archived {
+                    stmt!("{TASK_SELECT} WHERE t.archived_at IS NOT NULL AND {TASK_PAGE_FILTER}")
+                } else {
+                    stmt!("{TASK_SELECT} WHERE t.archived_at IS NULL AND {TASK_PAGE_FILTER}")
+                };
+                let (after_at, after_id) = match &filter.after {
+                    Some((at, id)) => (Some(*at), Some(id.as_str())),
+                    None => (None, None),
+                };
+                Ok(sqlx::query_as::<$db, TaskRecord>(sql)
+                    .bind(filter.title_like.as_deref())
+                    .bind(filter.pending_only)
+                    .bind(after_at)
+                    .bind(after_id)
+                    .bind(filter.limit)
+                    .fetch_all(&self.pool)
+                    .await?)
             }
 
             async fn update_task(&self, id: &str, patch: &TaskPatch, at: Micros) -> RepoResult<Option<TaskRecord>> {
@@ -586,6 +630,22 @@ macro_rules! impl_repository {
                 .await?)
             }
 
+            async fn list_messages_before(&self, session_id: &str, before: Option<&str>, limit: i64) -> RepoResult<Vec<MessageRecord>> {
+                let mut rows = sqlx::query_as::<$db, MessageRecord>(stmt!(
+                    "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = $1 \
+                     AND ($2 IS NULL OR (m.created_at, m.id) < \
+                          (SELECT a.created_at, a.id FROM messages a WHERE a.id = $2)) \
+                     ORDER BY m.created_at DESC, m.id DESC LIMIT $3"
+                ))
+                .bind(session_id)
+                .bind(before)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.reverse();
+                Ok(rows)
+            }
+
             async fn delete_message(&self, id: &str) -> RepoResult<Option<MessageRecord>> {
                 // L4: authority comes from turn rows; deleting messages never touches turns.
                 Ok(sqlx::query_as::<$db, MessageRecord>(stmt!(
@@ -735,19 +795,22 @@ macro_rules! impl_repository {
 
             async fn cas_summary(&self, task_id: &str, expected: Option<i64>, body: &SummaryBody, at: Micros) -> RepoResult<CasOutcome> {
                 let text = json(body);
+                let pending = body.pending_action.map(|p| p.as_str());
                 let written = match expected {
                     None => sqlx::query_scalar::<$db, i64>(
-                        "INSERT INTO task_status_summaries (task_id, revision, summary, invalidated, updated_at) \
-                         VALUES ($1, 1, $2, FALSE, $3) ON CONFLICT (task_id) DO NOTHING RETURNING revision",
+                        "INSERT INTO task_status_summaries (task_id, revision, summary, invalidated, updated_at, pending_action) \
+                         VALUES ($1, 1, $2, FALSE, $3, $4) ON CONFLICT (task_id) DO NOTHING RETURNING revision",
                     )
                     .bind(task_id)
                     .bind(&text)
                     .bind(at)
+                    .bind(pending)
                     .fetch_optional(&self.pool)
                     .await?,
                     Some(rev) => sqlx::query_scalar::<$db, i64>(
                         "UPDATE task_status_summaries \
-                         SET revision = revision + 1, summary = $3, invalidated = FALSE, updated_at = $4 \
+                         SET revision = revision + 1, summary = $3, invalidated = FALSE, updated_at = $4, \
+                             pending_action = $5 \
                          WHERE task_id = $1 AND revision = $2 AND (summary <> $3 OR invalidated = TRUE) \
                          RETURNING revision",
                     )
@@ -755,6 +818,7 @@ macro_rules! impl_repository {
                     .bind(rev)
                     .bind(&text)
                     .bind(at)
+                    .bind(pending)
                     .fetch_optional(&self.pool)
                     .await?,
                 };

@@ -1,15 +1,69 @@
 //! Builds `Task` values for the wire: every read reconciles the stored summary first (P7), and
 //! `task_pending_action` is the authoritative P2 aggregate from the authority's batch query.
 
-use crate::model::{AppError, Task};
-use crate::server::repo::TaskRecord;
+use crate::model::limits;
+use crate::model::{AppError, Task, TaskPage, TaskQuery};
+use crate::server::repo::{TaskFilter, TaskRecord};
 use crate::server::state::AppState;
 use crate::server::summary::reconcile::{Reconciled, reconcile};
 use crate::server::time::format_micros;
 
-pub async fn list_tasks(state: &AppState) -> Result<Vec<Task>, AppError> {
-    let records = state.repo.list_tasks().await?;
-    views(state, records).await
+/// One page of the task list; only the page is reconciled (P7).
+pub async fn list_tasks(state: &AppState, query: &TaskQuery) -> Result<TaskPage, AppError> {
+    let limit = query.limit.unwrap_or(limits::TASK_PAGE_DEFAULT);
+    if !(1..=limits::TASK_PAGE_MAX).contains(&limit) {
+        return Err(AppError::BadRequest(format!(
+            "limit must be between 1 and {}",
+            limits::TASK_PAGE_MAX
+        )));
+    }
+    let after = query.cursor.as_deref().map(decode_cursor).transpose()?;
+    let title_like = match query.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
+        Some(q) => {
+            limits::at_most("q", q, limits::QUERY_CHARS).map_err(AppError::BadRequest)?;
+            Some(format!("%{}%", escape_like(&q.to_lowercase())))
+        }
+        None => None,
+    };
+    let filter = TaskFilter {
+        archived: query.archived.unwrap_or(false),
+        title_like,
+        pending_only: query.pending.unwrap_or(false),
+        after,
+        // One more than asked: whether another page exists.
+        limit: i64::from(limit) + 1,
+    };
+    let mut records = state.repo.list_tasks_page(&filter).await?;
+    let next_cursor = if records.len() > limit as usize {
+        records.truncate(limit as usize);
+        records.last().map(|t| encode_cursor(t.updated_at, &t.id))
+    } else {
+        None
+    };
+    Ok(TaskPage {
+        tasks: views(state, records).await?,
+        epoch: state.epoch.to_string(),
+        next_cursor,
+    })
+}
+
+/// `%`, `_` and `\` match themselves in a title search.
+fn escape_like(q: &str) -> String {
+    q.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
+}
+
+fn encode_cursor(updated_at: i64, id: &str) -> String {
+    format!("{updated_at}.{id}")
+}
+
+fn decode_cursor(cursor: &str) -> Result<(i64, String), AppError> {
+    cursor
+        .split_once('.')
+        .and_then(|(at, id)| Some((at.parse().ok()?, id.to_string())))
+        .filter(|(_, id)| !id.is_empty() && id.len() <= 64)
+        .ok_or_else(|| AppError::BadRequest("cursor is not one this server gave out".into()))
 }
 
 pub async fn get_task(state: &AppState, id: &str) -> Result<Task, AppError> {
@@ -53,4 +107,26 @@ async fn views(state: &AppState, records: Vec<TaskRecord>) -> Result<Vec<Task>, 
             }
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_strangers_are_refused() {
+        let c = encode_cursor(1_700_000_000_000_001, "01a2-x");
+        assert_eq!(
+            decode_cursor(&c).unwrap(),
+            (1_700_000_000_000_001, "01a2-x".into())
+        );
+        for bad in ["", "abc", "12", "x.y", "12."] {
+            assert!(decode_cursor(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn searches_match_wildcards_literally() {
+        assert_eq!(escape_like("50%_off\\"), "50\\%\\_off\\\\");
+    }
 }
