@@ -154,8 +154,14 @@ async fn transcripts_page_upward_and_agent_text_is_sanitized_markdown(url: Strin
     assert_eq!(all.len(), 10, "5 prompts, 5 replies");
     let agent = &all[1];
     let html = agent["html"].as_str().expect("agent text carries html");
-    assert!(html.contains("<h2>Plan</h2>") && html.contains("<strong>one</strong>"), "{html}");
-    assert!(!html.contains("<script") && !html.contains("javascript:"), "{html}");
+    assert!(
+        html.contains("<h2>Plan</h2>") && html.contains("<strong>one</strong>"),
+        "{html}"
+    );
+    assert!(
+        !html.contains("<script") && !html.contains("javascript:"),
+        "{html}"
+    );
     assert!(all[0].get("html").is_none(), "user text stays text");
     // The page before the last four messages, oldest first.
     let before = all[6]["id"].as_str().unwrap();
@@ -170,7 +176,10 @@ async fn transcripts_page_upward_and_agent_text_is_sanitized_markdown(url: Strin
         .iter()
         .map(|m| m["id"].as_str().unwrap())
         .collect();
-    let want: Vec<&str> = all[3..6].iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let want: Vec<&str> = all[3..6]
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     assert_eq!(got, want);
     server.stop().await;
 }
@@ -186,14 +195,20 @@ async fn agent_profiles_are_edited_with_write_only_values(url: String) {
         .await;
     let id = p["id"].as_str().unwrap().to_string();
     let patch = |body: Value| {
-        let (client, url) = (api.client.clone(), server.url(&format!("/api/v1/agent-profiles/{id}")));
+        let (client, url) = (
+            api.client.clone(),
+            server.url(&format!("/api/v1/agent-profiles/{id}")),
+        );
         async move {
             let r = client.patch(url).json(&body).send().await.unwrap();
             (r.status().as_u16(), r.json::<Value>().await.unwrap())
         }
     };
     // A new value for one name, one removed, the rest kept without ever being sent back.
-    let (status, edited) = patch(json!({ "command": "/usr/bin/claude-acp2", "env": { "MODE": null, "REGION": "eu" } })).await;
+    let (status, edited) = patch(
+        json!({ "command": "/usr/bin/claude-acp2", "env": { "MODE": null, "REGION": "eu" } }),
+    )
+    .await;
     assert_eq!(status, 200, "{edited}");
     assert_eq!(edited["command"], "/usr/bin/claude-acp2");
     assert_eq!(edited["env"], json!(["KEY", "REGION"]));
@@ -206,7 +221,11 @@ async fn agent_profiles_are_edited_with_write_only_values(url: String) {
         .unwrap()
         .unwrap()
         .env_values();
-    assert_eq!(stored.get("KEY").map(String::as_str), Some("secret-1"), "kept");
+    assert_eq!(
+        stored.get("KEY").map(String::as_str),
+        Some("secret-1"),
+        "kept"
+    );
     // Bad edits change nothing.
     let (status, _) = patch(json!({ "env": { "BAD-NAME": "x" } })).await;
     assert_eq!(status, 400);

@@ -19,14 +19,21 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
         move || (session.get(), live.resync.get()),
         |(s, _)| async move {
             match s {
-                Some(s) => session_messages(s, None).await.map(Some),
+                Some(s) => session_messages(s.clone(), None)
+                    .await
+                    .map(|p| Some((s, p))),
                 None => Ok(None),
             }
         },
     );
+    // While another session's snapshot loads, the previous one must not show under this one.
+    let page_for = move |id: &Option<String>| match page.get() {
+        Some(Ok(Some((s, p)))) if id.as_ref() == Some(&s) => Some(p),
+        _ => None,
+    };
     // The snapshot becomes the store for this session; pushes fold into it from then on.
     Effect::new(move |_| {
-        if let (Some(Ok(Some(p))), Some(id)) = (page.get(), session.get_untracked()) {
+        if let Some(Ok(Some((id, p)))) = page.get() {
             live.transcript.update(|(held, t)| {
                 let base = if held.as_deref() == Some(id.as_str()) {
                     t.with_snapshot(&p.messages, p.more_before)
@@ -45,11 +52,9 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
             .with(|(held, t)| (held == &id).then(|| t.clone()));
         match held {
             Some(t) => t,
-            None => match page.get() {
-                Some(Ok(Some(p))) => {
-                    Transcript::default().with_snapshot(&p.messages, p.more_before)
-                }
-                _ => Transcript::default(),
+            None => match page_for(&id) {
+                Some(p) => Transcript::default().with_snapshot(&p.messages, p.more_before),
+                None => Transcript::default(),
             },
         }
     };
@@ -76,6 +81,15 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
             }
         },
     );
+    // Only the shown session's question (N4): never another session's while one loads.
+    let question_for = move || {
+        let id = session.get();
+        question
+            .get()
+            .and_then(Result::ok)
+            .flatten()
+            .filter(|b| Some(&b.session_id) == id.as_ref())
+    };
     let permission = Resource::new(
         move || (session.get(), live.resync.get(), live.permissions.get()),
         |(s, _, _)| async move {
@@ -85,6 +99,14 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
             }
         },
     );
+    let permission_for = move || {
+        let id = session.get();
+        permission
+            .get()
+            .and_then(Result::ok)
+            .flatten()
+            .filter(|p| Some(&p.session_id) == id.as_ref())
+    };
     view! {
         <div class="chat" data-testid="chat-panel" data-active-session-id=move || session.get().unwrap_or_default()>
             <Show when=move || session.get().is_some() fallback=|| view! { <p class="muted">"No session selected."</p> }>
@@ -122,12 +144,18 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
                 </Suspense>
                 <Suspense>
                     {move || Suspend::new(async move {
-                        permission.await.ok().flatten().map(|p| view! { <PermissionPrompt permission=p /> })
+                        let _ = permission.await;
+                        view! {
+                            {move || permission_for().map(|p| view! { <PermissionPrompt permission=p /> })}
+                        }
                     })}
                 </Suspense>
                 <Suspense>
                     {move || Suspend::new(async move {
-                        question.await.ok().flatten().map(|bundle| view! { <Overlay bundle /> })
+                        let _ = question.await;
+                        view! {
+                            {move || question_for().map(|bundle| view! { <Overlay bundle /> })}
+                        }
                     })}
                 </Suspense>
                 {move || live.expired.get().map(|_| view! {
