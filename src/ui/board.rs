@@ -1,32 +1,23 @@
-//! The board at `/`: one column per step of a workflow, one card per open task on it, with the
+//! The board at `/`: one column per step of a workflow, one card per open task of the loaded
+//! pages (the first page, then "load more", like the sidebar), with the
 //! task's pending icon (P2) and what its primary session is doing. A card moves to another step
 //! by choosing it (`PATCH /tasks/{id}` with `step_id`). With several workflows a switcher picks
 //! one. On phones the columns stack into a list.
 
 use leptos::prelude::*;
 
-use crate::api::tasks::{list_tasks, list_workflows, move_task};
-use crate::model::{SessionState, Task, TaskQuery, Workflow};
+use crate::api::tasks::{list_workflows, move_task};
+use crate::model::{SessionState, Task, Workflow};
 use crate::ui::live::Live;
 use crate::ui::nav::Navigator;
+use crate::ui::pages::{LoadMore, TaskPages};
 use crate::ui::sidebar::PendingIcon;
-
-/// Cards the board shows per load (the most recently updated open tasks).
-const CARDS: u32 = 500;
 
 #[component]
 pub fn Board() -> impl IntoView {
     let live = expect_context::<Live>();
     let workflows = Resource::new(move || live.resync.get(), |_| list_workflows());
-    let tasks = Resource::new(
-        move || live.resync.get(),
-        |_| {
-            list_tasks(TaskQuery {
-                limit: Some(CARDS),
-                ..Default::default()
-            })
-        },
-    );
+    let pages = TaskPages::new(Signal::derive(String::new));
     let chosen = RwSignal::new(None::<String>);
     view! {
         <section class="board" aria-label="Board">
@@ -36,7 +27,8 @@ pub fn Board() -> impl IntoView {
                         Ok(w) => w,
                         Err(e) => return view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
                     };
-                    let base = tasks.await.map(|p| p.tasks).unwrap_or_default();
+                    // The first page is in the snapshot before the board renders (SSR).
+                    let _ = pages.first.await;
                     let default = workflows
                         .iter()
                         .find(|w| w.is_default)
@@ -66,10 +58,10 @@ pub fn Board() -> impl IntoView {
                             </label>
                         }
                     });
-                    let base = StoredValue::new(base);
                     view! {
                         {switcher}
-                        {move || current().map(|w| view! { <Columns workflow=w base /> })}
+                        {move || current().map(|w| view! { <Columns workflow=w pages /> })}
+                        <LoadMore pages testid="board-load-more" />
                     }
                     .into_any()
                 })}
@@ -79,14 +71,15 @@ pub fn Board() -> impl IntoView {
 }
 
 #[component]
-fn Columns(workflow: Workflow, base: StoredValue<Vec<Task>>) -> impl IntoView {
+fn Columns(workflow: Workflow, pages: TaskPages) -> impl IntoView {
     let live = expect_context::<Live>();
     let workflow_id = workflow.id.clone();
     let cards = move || {
         let id = workflow_id.clone();
-        base.with_value(|base| {
-            live.tasks.with(|book| {
-                book.view(base, |t| !t.archived && t.workflow_id.as_ref() == Some(&id))
+        let base = pages.loaded();
+        live.tasks.with(|book| {
+            book.view(&base, |t| {
+                !t.archived && t.workflow_id.as_ref() == Some(&id)
             })
         })
     };

@@ -8,6 +8,7 @@ pub mod clarification;
 pub mod drawer;
 pub mod live;
 pub mod nav;
+pub mod pages;
 pub mod permission;
 pub mod settings;
 pub mod sidebar;

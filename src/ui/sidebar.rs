@@ -11,9 +11,7 @@ use crate::model::{PendingAction, Task, TaskQuery};
 use crate::ui::drawer::Drawer;
 use crate::ui::live::Live;
 use crate::ui::nav::Navigator;
-
-/// Tasks per page in the sidebar.
-const PAGE: u32 = 50;
+use crate::ui::pages::{LoadMore, TaskPages};
 
 #[component]
 pub fn Sidebar() -> impl IntoView {
@@ -60,18 +58,9 @@ pub fn Sidebar() -> impl IntoView {
 fn TaskList() -> impl IntoView {
     let live = expect_context::<Live>();
     let search = RwSignal::new(String::new());
-    let query = move || search.get().trim().to_string();
-    // Snapshots: the first page, and every task with a pending action (P2: always listed).
-    let first = Resource::new(
-        move || (live.resync.get(), query()),
-        |(_, q)| {
-            list_tasks(TaskQuery {
-                limit: Some(PAGE),
-                q: (!q.is_empty()).then_some(q),
-                ..Default::default()
-            })
-        },
-    );
+    let query = Signal::derive(move || search.get().trim().to_string());
+    let pages = TaskPages::new(query);
+    // Every task with a pending action is listed whatever page it is on (P2).
     let pending = Resource::new(
         move || live.resync.get(),
         |_| {
@@ -82,43 +71,12 @@ fn TaskList() -> impl IntoView {
             })
         },
     );
-    // Later pages, appended by "load more" (reset whenever the first page reloads).
-    let more = RwSignal::new(Vec::<Task>::new());
-    let cursor = RwSignal::new(None::<String>);
-    Effect::new(move |_| {
-        if let Some(Ok(page)) = first.get() {
-            more.set(vec![]);
-            cursor.set(page.next_cursor);
-        }
-    });
-    let load_more = Action::new(move |cursor: &String| {
-        let (cursor, q) = (cursor.clone(), query());
-        async move {
-            list_tasks(TaskQuery {
-                limit: Some(PAGE),
-                cursor: Some(cursor),
-                q: (!q.is_empty()).then_some(q),
-                ..Default::default()
-            })
-            .await
-        }
-    });
-    Effect::new(move |_| {
-        if let Some(Ok(page)) = load_more.value().get() {
-            more.update(|m| m.extend(page.tasks));
-            cursor.set(page.next_cursor);
-        }
-    });
     let rows = move || {
-        let q = query().to_lowercase();
-        let mut base: Vec<Task> = vec![];
-        if let Some(Ok(p)) = first.get() {
-            base.extend(p.tasks);
-        }
+        let q = query.get().to_lowercase();
+        let mut base = pages.loaded();
         if let Some(Ok(p)) = pending.get() {
             base.extend(p.tasks);
         }
-        base.extend(more.get());
         live.tasks.with(|book| {
             book.view(&base, |t| {
                 !t.archived && (q.is_empty() || t.title.to_lowercase().contains(&q))
@@ -138,7 +96,7 @@ fn TaskList() -> impl IntoView {
         />
         <Suspense fallback=|| view! { <p class="muted">"Loading tasks…"</p> }>
             {move || Suspend::new(async move {
-                match first.await {
+                match pages.first.await {
                     Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
                     Ok(_) => view! {
                         <Show when=move || !rows().is_empty() fallback=|| view! { <p class="muted">"No tasks."</p> }>
@@ -153,20 +111,7 @@ fn TaskList() -> impl IntoView {
                 }
             })}
         </Suspense>
-        <Show when=move || cursor.get().is_some()>
-            <button
-                class="secondary load-more"
-                data-testid="sidebar-load-more"
-                disabled=move || load_more.pending().get()
-                on:click=move |_| {
-                    if let Some(c) = cursor.get_untracked() {
-                        load_more.dispatch(c);
-                    }
-                }
-            >
-                "Load more"
-            </button>
-        </Show>
+        <LoadMore pages testid="sidebar-load-more" />
     }
 }
 
