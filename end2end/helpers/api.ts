@@ -36,6 +36,43 @@ export class Api {
   async task(taskId: string): Promise<Task> {
     return (await this.request.get(`/api/v1/tasks/${taskId}`)).json();
   }
+
+  /** Sends a user prompt to a session (a new turn). */
+  async prompt(sessionId: string, content: string) {
+    const response = await this.request.post(`/api/v1/sessions/${sessionId}/prompt`, { data: { content } });
+    expect(response.status(), await response.text()).toBe(200);
+  }
+
+  async patchTask(taskId: string, data: Record<string, unknown>): Promise<Task> {
+    const response = await this.request.patch(`/api/v1/tasks/${taskId}`, { data });
+    expect(response.status(), await response.text()).toBe(200);
+    return response.json();
+  }
+
+  async messages(sessionId: string): Promise<{ id: string; kind: string; author: string; content: string; pending_id?: string }[]> {
+    return (await (await this.request.get(`/api/v1/sessions/${sessionId}/messages?limit=500`)).json()).messages;
+  }
+
+  async bundle(pendingId: string): Promise<{ status: string; response: unknown }> {
+    return (await this.request.get(`/api/v1/clarifications/${pendingId}`)).json();
+  }
+
+  async createWorkflow(name: string, steps: string[]): Promise<{ id: string; steps: { id: string; name: string }[] }> {
+    const response = await this.request.post("/api/v1/workflows", { data: { name, steps: steps.map((name) => ({ name })) } });
+    expect(response.status(), await response.text()).toBe(200);
+    return response.json();
+  }
+}
+
+/** A question for scripted prompts (`e2e:ask`, `e2e:ask-timeout`). */
+export function question(id: string, prompt: string, options: string[] = ["yes", "no"]) {
+  return { questions: [{ id, prompt, options: options.map((o) => ({ id: o, label: o.toUpperCase() })) }] };
+}
+
+/** Waits until the page is interactive and its live channel is open. */
+export async function ready(page: import("@playwright/test").Page) {
+  await expect(page.locator("body")).toHaveAttribute("data-hydrated", "true");
+  await expect(page.locator("body")).toHaveAttribute("data-ws", "open");
 }
 
 export const SHORT_TIMEOUT =

@@ -50,10 +50,13 @@ pub fn apply_summary(task: &mut Task, summary: Summary) -> bool {
     true
 }
 
-/// Tasks by id, and the ids deleted meanwhile (so a stale snapshot cannot bring one back).
+/// Tasks by id, the newest summary pushed per task (it may arrive for a task the book only
+/// knows from a page snapshot), and the ids deleted meanwhile (so a stale snapshot cannot
+/// bring one back).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TaskBook {
     pub tasks: BTreeMap<String, Task>,
+    pub summaries: BTreeMap<String, Summary>,
     pub deleted: std::collections::BTreeSet<String>,
 }
 
@@ -79,17 +82,38 @@ impl TaskBook {
             }
             Notification::TaskDeleted { task_id } => {
                 self.deleted.insert(task_id.clone());
+                self.summaries.remove(task_id);
                 self.tasks.remove(task_id).is_some()
             }
             Notification::SummaryUpdated {
                 task_id,
                 status_summary,
-            } => self
-                .tasks
-                .get_mut(task_id)
-                .is_some_and(|t| apply_summary(t, status_summary.clone())),
+            } => {
+                let held = self.summaries.get(task_id).map_or(-1, |s| s.revision);
+                if status_summary.revision <= held {
+                    return false;
+                }
+                self.summaries
+                    .insert(task_id.clone(), status_summary.clone());
+                match self.tasks.get_mut(task_id) {
+                    Some(t) => apply_summary(t, status_summary.clone()),
+                    None => true,
+                }
+            }
             _ => false,
         }
+    }
+
+    /// `base` with everything pushed for it on top: the task, then the newest summary.
+    fn with_pushes(&self, base: Task) -> Task {
+        let mut t = match self.tasks.get(&base.id) {
+            Some(pushed) => merge_task(pushed, base),
+            None => base,
+        };
+        if let Some(summary) = self.summaries.get(&t.id) {
+            apply_summary(&mut t, summary.clone());
+        }
+        t
     }
 
     /// Snapshot tasks with every push applied on top (the newer of each wins), deleted ones
@@ -98,12 +122,17 @@ impl TaskBook {
     pub fn view(&self, base: &[Task], keep: impl Fn(&Task) -> bool) -> Vec<Task> {
         let mut merged: BTreeMap<String, Task> = BTreeMap::new();
         for t in base.iter().filter(|t| !self.deleted.contains(&t.id)) {
-            let t = match self.tasks.get(&t.id) {
-                Some(pushed) => merge_task(pushed, t.clone()),
+            let t = match merged.remove(&t.id) {
+                // The same task on two snapshots (a page and the pending list): the newer.
+                Some(seen) => merge_task(&seen, t.clone()),
                 None => t.clone(),
             };
             merged.insert(t.id.clone(), t);
         }
+        let mut merged: BTreeMap<String, Task> = merged
+            .into_iter()
+            .map(|(id, t)| (id, self.with_pushes(t)))
+            .collect();
         for (id, t) in &self.tasks {
             if !merged.contains_key(id) && keep(t) {
                 merged.insert(id.clone(), t.clone());
@@ -120,10 +149,7 @@ impl TaskBook {
         if self.deleted.contains(&base.id) {
             return None;
         }
-        Some(match self.tasks.get(&base.id) {
-            Some(pushed) => merge_task(pushed, base),
-            None => base,
-        })
+        Some(self.with_pushes(base))
     }
 }
 
@@ -388,6 +414,43 @@ mod tests {
             status_summary: fresh
         }));
         assert_eq!(book.tasks["t"].task_pending_action, None);
+    }
+
+    #[test]
+    fn p3_a_summary_pushed_for_a_task_known_only_from_a_snapshot_still_applies() {
+        // The page loaded the task (pending) before any task push; the answer's summary push
+        // must clear its icon, and a snapshot older than the push must not bring it back.
+        let mut book = TaskBook::default();
+        let snapshot = task(
+            "t",
+            "2026-01-01T00:00:01.000000Z",
+            Some(4),
+            Some(PendingAction::Clarification),
+        );
+        let cleared = task("t", "x", Some(5), None).status_summary.unwrap();
+        assert!(book.apply(&Notification::SummaryUpdated {
+            task_id: "t".into(),
+            status_summary: cleared
+        }));
+        let shown = book.view(std::slice::from_ref(&snapshot), |_| true);
+        assert_eq!(shown.len(), 1);
+        assert_eq!(shown[0].task_pending_action, None);
+        assert_eq!(book.one(Some(snapshot.clone())).unwrap().task_pending_action, None);
+        // A newer snapshot wins over the held push.
+        let newer = task(
+            "t",
+            "2026-01-01T00:00:03.000000Z",
+            Some(6),
+            Some(PendingAction::Permission),
+        );
+        let shown = book.view(&[newer], |_| true);
+        assert_eq!(shown[0].task_pending_action, Some(PendingAction::Permission));
+        // An older push is ignored.
+        let stale = task("t", "x", Some(2), None).status_summary.unwrap();
+        assert!(!book.apply(&Notification::SummaryUpdated {
+            task_id: "t".into(),
+            status_summary: stale
+        }));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use leptos::prelude::*;
 
 use crate::api::transcript::{SendPrompt, active_question, pending_permission, session_messages};
 use crate::client::store::Transcript;
-use crate::model::{Message, MessageAuthor, MessageKind};
+use crate::model::{Message, MessageAuthor, MessageKind, MessagePage};
 use crate::ui::clarification::Overlay;
 use crate::ui::live::Live;
 use crate::ui::permission::PermissionPrompt;
@@ -26,11 +26,6 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
             }
         },
     );
-    // While another session's snapshot loads, the previous one must not show under this one.
-    let page_for = move |id: &Option<String>| match page.get() {
-        Some(Ok(Some((s, p)))) if id.as_ref() == Some(&s) => Some(p),
-        _ => None,
-    };
     // The snapshot becomes the store for this session; pushes fold into it from then on.
     Effect::new(move |_| {
         if let Some(Ok(Some((id, p)))) = page.get() {
@@ -45,17 +40,20 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
             });
         }
     });
-    let messages = move || {
+    // The shown session's transcript: the live store once it holds this session, before that
+    // (hydration, before the effect ran) the snapshot the Suspense body was rendered with —
+    // never another session's.
+    let messages = move |snapshot: &Option<(String, MessagePage)>| {
         let id = session.get();
         let held = live
             .transcript
             .with(|(held, t)| (held == &id).then(|| t.clone()));
-        match held {
-            Some(t) => t,
-            None => match page_for(&id) {
-                Some(p) => Transcript::default().with_snapshot(&p.messages, p.more_before),
-                None => Transcript::default(),
-            },
+        match (held, snapshot) {
+            (Some(t), _) => t,
+            (None, Some((s, p))) if id.as_ref() == Some(s) => {
+                Transcript::default().with_snapshot(&p.messages, p.more_before)
+            }
+            _ => Transcript::default(),
         }
     };
     let earlier = Action::new(move |(session, before): &(String, String)| {
@@ -72,41 +70,48 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
             older
         }
     });
-    let question = Resource::new(
-        move || (session.get(), live.resync.get(), live.questions.get()),
-        |(s, _, _)| async move {
+    // The question and the permission request load in the browser only (the overlay is an
+    // interactive control; the server renders the transcript). Memos keep the overlay and its
+    // draft when a refetch returns the same bundle.
+    let question = LocalResource::new(move || {
+        let s = session.get();
+        live.resync.track();
+        live.questions.track();
+        async move {
             match s {
                 Some(s) => active_question(s).await,
                 None => Ok(None),
             }
-        },
-    );
+        }
+    });
     // Only the shown session's question (N4): never another session's while one loads.
-    let question_for = move || {
+    let shown_question = Memo::new(move |_| {
         let id = session.get();
         question
             .get()
             .and_then(Result::ok)
             .flatten()
             .filter(|b| Some(&b.session_id) == id.as_ref())
-    };
-    let permission = Resource::new(
-        move || (session.get(), live.resync.get(), live.permissions.get()),
-        |(s, _, _)| async move {
+    });
+    let permission = LocalResource::new(move || {
+        let s = session.get();
+        live.resync.track();
+        live.permissions.track();
+        async move {
             match s {
                 Some(s) => pending_permission(s).await,
                 None => Ok(None),
             }
-        },
-    );
-    let permission_for = move || {
+        }
+    });
+    let shown_permission = Memo::new(move |_| {
         let id = session.get();
         permission
             .get()
             .and_then(Result::ok)
             .flatten()
             .filter(|p| Some(&p.session_id) == id.as_ref())
-    };
+    });
     view! {
         <div class="chat" data-testid="chat-panel" data-active-session-id=move || session.get().unwrap_or_default()>
             <Show when=move || session.get().is_some() fallback=|| view! { <p class="muted">"No session selected."</p> }>
@@ -114,50 +119,42 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
                     {move || Suspend::new(async move {
                         match page.await {
                             Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
-                            Ok(_) => view! {
-                                <ol class="transcript" aria-label="Transcript">
-                                    <Show when=move || messages().more_before>
-                                        <li class="load-earlier">
-                                            <button
-                                                class="secondary"
-                                                data-testid="transcript-load-earlier"
-                                                disabled=move || earlier.pending().get()
-                                                on:click=move |_| {
-                                                    let first = messages().messages.first().map(|m| m.id.clone());
-                                                    if let (Some(s), Some(first)) = (session.get_untracked(), first) {
-                                                        earlier.dispatch((s, first));
+                            Ok(snapshot) => {
+                                let (a, b, c) = (snapshot.clone(), snapshot.clone(), snapshot);
+                                view! {
+                                    <ol class="transcript" aria-label="Transcript">
+                                        <Show when=move || messages(&a).more_before>
+                                            <li class="load-earlier">
+                                                <button
+                                                    class="secondary"
+                                                    data-testid="transcript-load-earlier"
+                                                    disabled=move || earlier.pending().get()
+                                                    on:click={
+                                                        let b = b.clone();
+                                                        move |_| {
+                                                            let first = messages(&b).messages.first().map(|m| m.id.clone());
+                                                            if let (Some(s), Some(first)) = (session.get_untracked(), first) {
+                                                                earlier.dispatch((s, first));
+                                                            }
+                                                        }
                                                     }
-                                                }
-                                            >
-                                                "Load earlier messages"
-                                            </button>
-                                        </li>
-                                    </Show>
-                                    <For each=move || messages().messages key=|m| (m.id.clone(), m.updated_at.clone()) let:m>
-                                        <Row m />
-                                    </For>
-                                </ol>
+                                                >
+                                                    "Load earlier messages"
+                                                </button>
+                                            </li>
+                                        </Show>
+                                        <For each=move || messages(&c).messages key=|m| (m.id.clone(), m.updated_at.clone()) let:m>
+                                            <Row m />
+                                        </For>
+                                    </ol>
+                                }
+                                .into_any()
                             }
-                            .into_any(),
                         }
                     })}
                 </Suspense>
-                <Suspense>
-                    {move || Suspend::new(async move {
-                        let _ = permission.await;
-                        view! {
-                            {move || permission_for().map(|p| view! { <PermissionPrompt permission=p /> })}
-                        }
-                    })}
-                </Suspense>
-                <Suspense>
-                    {move || Suspend::new(async move {
-                        let _ = question.await;
-                        view! {
-                            {move || question_for().map(|bundle| view! { <Overlay bundle /> })}
-                        }
-                    })}
-                </Suspense>
+                {move || shown_permission.get().map(|p| view! { <PermissionPrompt permission=p /> })}
+                {move || shown_question.get().map(|bundle| view! { <Overlay bundle /> })}
                 {move || live.expired.get().map(|_| view! {
                     <p class="notice" data-testid="clarification-expired-notice" role="status">
                         "The agent's question expired: its session ended."

@@ -1,5 +1,5 @@
-//! The live channel: one WebSocket per page (`/ws`, through `leptos-use-websocket`, which
-//! reconnects with a fixed interval). Pushes are typed (`model::Notification`) and folded into
+//! The live channel: one WebSocket per page (`/ws`, through `leptos-use-websocket`; after a
+//! close it reopens with exponential backoff and jitter from `client::backoff`). Pushes are typed (`model::Notification`) and folded into
 //! stores with the pure merges of `client::store` (P3/P9: an older value never overwrites a
 //! newer one). A (re)connection or a `resync` bumps `resync`, so every view refetches its
 //! snapshot (P10). `<body data-ws>` and the `connection-status` indicator show the state.
@@ -154,6 +154,7 @@ pub fn ConnectionStatus() -> impl IntoView {
 #[cfg(feature = "hydrate")]
 mod browser {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use codee::string::FromToStringCodec;
     use leptos::prelude::*;
@@ -164,6 +165,7 @@ mod browser {
     use serde_json::json;
 
     use super::{Connection, Live};
+    use crate::client::backoff::reconnect_delay_ms;
     use crate::model::{Envelope, EnvelopeBody};
 
     fn set_body_ws(state: &str) {
@@ -186,15 +188,48 @@ mod browser {
                 live.apply(&n);
             }
         };
+        // The library's own reconnect is off (its interval is fixed): after a close, `open()`
+        // runs again after a backoff delay; a successful open resets the attempts.
+        let attempts = StoredValue::new(0u32);
+        let reopen = StoredValue::new(None::<Arc<dyn Fn() + Send + Sync>>);
         let UseWebSocketReturn {
-            ready_state, send, ..
+            ready_state,
+            send,
+            open,
+            ..
         } = use_websocket_with_options::<String, String, FromToStringCodec, _, _>(
             "/ws",
             UseWebSocketOptions::default()
-                .reconnect_limit(ReconnectLimit::Infinite)
-                .reconnect_interval(1000)
+                .immediate(false)
+                .reconnect_limit(ReconnectLimit::Limited(0))
+                .on_open(move |_| attempts.set_value(0))
+                .on_close(move |_| {
+                    let attempt = attempts.get_value();
+                    attempts.set_value(attempt.saturating_add(1));
+                    let delay = reconnect_delay_ms(attempt, js_sys::Math::random());
+                    set_timeout(
+                        move || {
+                            if let Some(open) = reopen.get_value() {
+                                open();
+                            }
+                        },
+                        Duration::from_millis(u64::from(delay)),
+                    );
+                })
                 .on_message(on_message),
         );
+        // Connect only once hydration is over: a push folded into the stores while Suspense
+        // bodies still hydrate would make them differ from the server's HTML. Effects run
+        // after the synchronous hydration; the Suspense bodies (their data is inlined, see
+        // `SsrMode::Async`) finish in microtasks, before this timer fires.
+        Effect::new({
+            let open = open.clone();
+            move |_| {
+                let open = open.clone();
+                set_timeout(move || open(), Duration::ZERO);
+            }
+        });
+        reopen.set_value(Some(Arc::new(open)));
         let send = Arc::new(send);
         // Track the state; subscribe the watched session on every (re)connection and change.
         let was_open = StoredValue::new(false);

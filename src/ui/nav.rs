@@ -8,6 +8,7 @@ use leptos_router::hooks::use_location;
 
 use crate::client::selection::{Choice, Generation, Ticket, decide};
 use crate::model::{PendingAction, Session, Task};
+use crate::ui::live::Live;
 
 /// A click on a task, waiting for its sessions to load.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,6 +23,7 @@ pub struct Intent {
 pub struct Navigator {
     generation: StoredValue<Generation>,
     pub intent: RwSignal<Option<Intent>>,
+    live: Live,
 }
 
 fn summary_revision(task: &Task) -> Option<i64> {
@@ -29,8 +31,18 @@ fn summary_revision(task: &Task) -> Option<i64> {
 }
 
 impl Navigator {
-    /// A click on `task` (before the router navigates to it).
+    /// A click on `task` (before the router navigates to it). The revision compared later is
+    /// the one the user saw: the row's snapshot with every push since applied.
     pub fn click(&self, task: &Task) {
+        let seen = self
+            .live
+            .tasks
+            .with_untracked(|b| b.one(Some(task.clone())))
+            .unwrap_or_else(|| task.clone());
+        self.issue(&seen);
+    }
+
+    fn issue(&self, task: &Task) {
         let ticket = self
             .generation
             .try_update_value(Generation::issue)
@@ -47,7 +59,7 @@ impl Navigator {
         match self.intent.get_untracked() {
             Some(i) if i.task_id == task.id => i,
             _ => {
-                self.click(task);
+                self.issue(task);
                 self.intent.get_untracked().expect("just set")
             }
         }
@@ -94,6 +106,7 @@ pub fn provide_navigator() -> Navigator {
     let nav = Navigator {
         generation: StoredValue::new(Generation::default()),
         intent: RwSignal::new(None),
+        live: expect_context::<Live>(),
     };
     provide_context(nav);
     let location = use_location();

@@ -96,6 +96,9 @@ fn TaskList() -> impl IntoView {
         />
         <Suspense fallback=|| view! { <p class="muted">"Loading tasks…"</p> }>
             {move || Suspend::new(async move {
+                // Both snapshots before the rows render: the browser must hydrate exactly what
+                // the server drew (a resource read but not awaited may not be ready yet there).
+                let _ = pending.await;
                 match pages.first.await {
                     Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
                     Ok(_) => view! {

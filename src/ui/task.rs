@@ -52,15 +52,25 @@ pub fn TaskPage() -> impl IntoView {
                 ticket(),
             )
         },
-        |(id, ..)| task_sessions(id),
+        // Each result names its task: while another task's list is still shown (a resource
+        // keeps its old value while it reloads), nothing is decided or drawn from it.
+        |(id, ..)| async move { task_sessions(id.clone()).await.map(|list| (id, list)) },
     );
     let task = Resource::new(
         move || (task_id.get(), live.resync.get()),
         |(id, _)| get_task(id),
     );
-    let current_task = move || live.tasks.with(|b| b.one(task.get().and_then(Result::ok)));
+    let loaded_sessions = move || match sessions.get() {
+        Some(Ok((id, list))) if id == task_id.get() => Some(list),
+        _ => None,
+    };
+    let loaded_task = move || match task.get() {
+        Some(Ok(t)) if t.id == task_id.get() => Some(t),
+        _ => None,
+    };
+    let current_task = move || live.tasks.with(|b| b.one(loaded_task()));
     let session_list = move || {
-        let base = sessions.get().and_then(Result::ok).unwrap_or_default();
+        let base = loaded_sessions().unwrap_or_default();
         live.sessions.with(|b| b.view(&task_id.get(), &base))
     };
     Effect::new(move |_| {
@@ -76,10 +86,9 @@ pub fn TaskPage() -> impl IntoView {
             drawer.resolved.set(Some(id));
             return;
         }
-        let (Some(Ok(list)), Some(Some(task))) = (
-            sessions.get(),
-            task.get()
-                .map(|t| live.tasks.with_untracked(|b| b.one(t.ok()))),
+        let (Some(list), Some(task)) = (
+            loaded_sessions(),
+            live.tasks.with_untracked(|b| b.one(loaded_task())),
         ) else {
             return;
         };
@@ -110,12 +119,17 @@ pub fn TaskPage() -> impl IntoView {
         }
         live.watched.set(session);
     });
+    // Created here, not inside the Suspense bodies: those re-run on every refetch and would
+    // dispose what the previous body's closures still read.
+    let header = Signal::derive(current_task);
+    let tabs = Signal::derive(session_list);
+    let adding = RwSignal::new(false);
     view! {
         <section class="task-page" data-task-id=move || task_id.get()>
             <Suspense fallback=|| view! { <p class="muted">"Loading the task…"</p> }>
                 {move || Suspend::new(async move {
                     match task.await {
-                        Ok(_) => view! { <TaskHeader task=Signal::derive(current_task) /> }.into_any(),
+                        Ok(_) => view! { <TaskHeader task=header /> }.into_any(),
                         Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
                     }
                 })}
@@ -123,7 +137,7 @@ pub fn TaskPage() -> impl IntoView {
             <Suspense fallback=|| view! { <p class="muted">"Loading sessions…"</p> }>
                 {move || Suspend::new(async move {
                     match sessions.await {
-                        Ok(_) => view! { <SessionTabs list=Signal::derive(session_list) task_id selected /> }.into_any(),
+                        Ok(_) => view! { <SessionTabs list=tabs task_id selected adding /> }.into_any(),
                         Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
                     }
                 })}
@@ -153,8 +167,9 @@ fn SessionTabs(
     list: Signal<Vec<Session>>,
     task_id: Memo<String>,
     selected: Memo<Option<String>>,
+    /// Whether the new-session form is open (kept by the page across refetches).
+    adding: RwSignal<bool>,
 ) -> impl IntoView {
-    let adding = RwSignal::new(false);
     let cancel = Action::new(move |session: &String| {
         let session = session.clone();
         async move { cancel_session(session).await }

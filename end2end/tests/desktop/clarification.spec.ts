@@ -1,10 +1,11 @@
-import { expect, test } from "@playwright/test";
+import { expect, test } from "../../helpers/fixtures";
 import { Api, SHORT_TIMEOUT } from "../../helpers/api";
 
 test("a task created in the UI asks its question; answering it continues the agent", async ({ page }) => {
   await page.goto("/");
   await expect(page.locator("body")).toHaveAttribute("data-hydrated", "true");
-  await page.getByLabel("Task title").fill("Pick a database");
+  const title = `Pick a database ${Date.now()}`;
+  await page.getByLabel("Task title").fill(title);
   await page.getByLabel("First prompt").fill("/e2e:clarification");
   await page.getByTestId("new-task-submit").click();
 
@@ -12,7 +13,7 @@ test("a task created in the UI asks its question; answering it continues the age
   await expect(page).toHaveURL(/\/t\/[^/?]+\?session=/);
   const overlay = page.getByTestId("clarification-overlay");
   await expect(overlay).toContainText("Which database should we use for this project?");
-  const row = page.locator('[data-testid="sidebar-task-item"]', { hasText: "Pick a database" });
+  const row = page.locator('[data-testid="sidebar-task-item"]', { hasText: title });
   await expect(row.getByTestId("task-state-waiting-for-input")).toBeVisible();
 
   await page.getByTestId("clarification-option-sqlite").click();

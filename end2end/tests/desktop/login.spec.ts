@@ -1,9 +1,11 @@
-import { expect, test } from "@playwright/test";
+import { expect, test } from "../../helpers/fixtures";
 import { lanPort, lanToken } from "../../playwright.config";
 
 // A server with an access token (LAN use): pages redirect to the login page; logging in sets
 // an HttpOnly cookie and the whole UI works with it (server functions, the live socket).
 const lan = `http://127.0.0.1:${lanPort}`;
+// The wrong token is answered 401, which Chromium logs as a failed resource.
+test.use({ allowedConsole: [/status of 401/] });
 
 test("the login page lets a browser in and the UI works behind the token", async ({ page, context }) => {
   await page.goto(`${lan}/`);

@@ -1,4 +1,4 @@
-import { expect, test } from "@playwright/test";
+import { expect, test } from "../../helpers/fixtures";
 import { OwnServer } from "../../helpers/server";
 
 // Issue 8 / design/performance.md: 10,000 tasks must not make the page heavier than the first

@@ -1,4 +1,4 @@
-import { expect, test } from "@playwright/test";
+import { expect, test } from "../../helpers/fixtures";
 import { Api } from "../../helpers/api";
 
 // The E2E chain works: server-rendered sidebar with a task from the repository, then hydration.

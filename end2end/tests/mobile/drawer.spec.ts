@@ -1,4 +1,4 @@
-import { expect, test } from "@playwright/test";
+import { expect, test } from "../../helpers/fixtures";
 import { Api, SHORT_TIMEOUT } from "../../helpers/api";
 
 test("N1 on a phone: the drawer opens the session that owns the question, then closes", async ({ page, request }) => {

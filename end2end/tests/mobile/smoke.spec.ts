@@ -1,4 +1,4 @@
-import { expect, test } from "@playwright/test";
+import { expect, test } from "../../helpers/fixtures";
 import { Api } from "../../helpers/api";
 
 test("on a phone the page hydrates and the drawer lists tasks", async ({ page, request }) => {
