@@ -77,3 +77,26 @@ export async function ready(page: import("@playwright/test").Page) {
 
 export const SHORT_TIMEOUT =
   'e2e:ask-timeout(300, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})';
+
+/**
+ * Routes the page's live socket through the test: while `held` is set, nothing the server
+ * pushes reaches the page (a tab that has not heard the news yet); `refuse` closes every new
+ * connection at once (a server that cannot be reached).
+ */
+export async function gateSocket(page: import("@playwright/test").Page) {
+  const gate = { held: false, refuse: false };
+  await page.routeWebSocket(/\/ws$/, (ws) => {
+    if (gate.refuse) {
+      ws.close({ code: 1011, reason: "refused by the test" });
+      return;
+    }
+    const server = ws.connectToServer();
+    server.onMessage((m) => {
+      if (!gate.held) ws.send(m);
+    });
+    ws.onMessage((m) => server.send(m));
+    server.onClose((code, reason) => ws.close({ code, reason }));
+    ws.onClose((code, reason) => server.close({ code, reason }));
+  });
+  return gate;
+}

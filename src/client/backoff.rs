@@ -29,7 +29,11 @@ mod tests {
     #[test]
     fn jitter_stretches_by_at_most_a_quarter() {
         assert_eq!(reconnect_delay_ms(2, 0.999_999), 1000 + 249);
-        assert_eq!(reconnect_delay_ms(2, 7.0), 1250, "out-of-range jitter is clamped");
+        assert_eq!(
+            reconnect_delay_ms(2, 7.0),
+            1250,
+            "out-of-range jitter is clamped"
+        );
         assert_eq!(reconnect_delay_ms(2, -1.0), 1000);
     }
 }

@@ -435,7 +435,12 @@ mod tests {
         let shown = book.view(std::slice::from_ref(&snapshot), |_| true);
         assert_eq!(shown.len(), 1);
         assert_eq!(shown[0].task_pending_action, None);
-        assert_eq!(book.one(Some(snapshot.clone())).unwrap().task_pending_action, None);
+        assert_eq!(
+            book.one(Some(snapshot.clone()))
+                .unwrap()
+                .task_pending_action,
+            None
+        );
         // A newer snapshot wins over the held push.
         let newer = task(
             "t",
@@ -444,7 +449,10 @@ mod tests {
             Some(PendingAction::Permission),
         );
         let shown = book.view(&[newer], |_| true);
-        assert_eq!(shown[0].task_pending_action, Some(PendingAction::Permission));
+        assert_eq!(
+            shown[0].task_pending_action,
+            Some(PendingAction::Permission)
+        );
         // An older push is ignored.
         let stale = task("t", "x", Some(2), None).status_summary.unwrap();
         assert!(!book.apply(&Notification::SummaryUpdated {

@@ -7,17 +7,31 @@
 use leptos::prelude::*;
 
 use crate::api::tasks::{list_workflows, move_task};
-use crate::model::{SessionState, Task, Workflow};
+use crate::model::{AppError, SessionState, Task, Workflow};
 use crate::ui::live::Live;
 use crate::ui::nav::Navigator;
 use crate::ui::pages::{LoadMore, TaskPages};
 use crate::ui::sidebar::PendingIcon;
+
+/// Moves a task to a step (`PATCH /tasks/{id}` with `step_id`).
+type Mover = Action<(String, String), Result<Task, AppError>>;
 
 #[component]
 pub fn Board() -> impl IntoView {
     let live = expect_context::<Live>();
     let workflows = Resource::new(move || live.resync.get(), |_| list_workflows());
     let pages = TaskPages::new(Signal::derive(String::new));
+    // One action for every card: cards are rebuilt when the board reloads, the action is not.
+    let moving: Mover = Action::new(move |(task, step): &(String, String)| {
+        let (task, step) = (task.clone(), step.clone());
+        async move {
+            let moved = move_task(task, step).await;
+            if let Ok(t) = &moved {
+                live.tasks.update(|b| b.merge([t.clone()]));
+            }
+            moved
+        }
+    });
     let chosen = RwSignal::new(None::<String>);
     view! {
         <section class="board" aria-label="Board">
@@ -60,7 +74,8 @@ pub fn Board() -> impl IntoView {
                     });
                     view! {
                         {switcher}
-                        {move || current().map(|w| view! { <Columns workflow=w pages /> })}
+                        {move || moving.value().get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
+                        {move || current().map(|w| view! { <Columns workflow=w pages moving /> })}
                         <LoadMore pages testid="board-load-more" />
                     }
                     .into_any()
@@ -71,7 +86,7 @@ pub fn Board() -> impl IntoView {
 }
 
 #[component]
-fn Columns(workflow: Workflow, pages: TaskPages) -> impl IntoView {
+fn Columns(workflow: Workflow, pages: TaskPages, moving: Mover) -> impl IntoView {
     let live = expect_context::<Live>();
     let workflow_id = workflow.id.clone();
     let cards = move || {
@@ -115,7 +130,7 @@ fn Columns(workflow: Workflow, pages: TaskPages) -> impl IntoView {
                                     key=|t| (t.id.clone(), t.updated_at.clone(), t.task_pending_action, t.status_summary.as_ref().map(|s| s.revision))
                                     let:task
                                 >
-                                    <Card task steps=steps.clone() />
+                                    <Card task steps=steps.clone() moving />
                                 </For>
                             </ul>
                         </section>
@@ -144,19 +159,8 @@ fn activity(task: &Task) -> &'static str {
 }
 
 #[component]
-fn Card(task: Task, steps: Vec<crate::model::WorkflowStep>) -> impl IntoView {
+fn Card(task: Task, steps: Vec<crate::model::WorkflowStep>, moving: Mover) -> impl IntoView {
     let nav = expect_context::<Navigator>();
-    let live = expect_context::<Live>();
-    let moving = Action::new(move |(task, step): &(String, String)| {
-        let (task, step) = (task.clone(), step.clone());
-        async move {
-            let moved = move_task(task, step).await;
-            if let Ok(t) = &moved {
-                live.tasks.update(|b| b.merge([t.clone()]));
-            }
-            moved
-        }
-    });
     let id = task.id.clone();
     let clicked = task.clone();
     let current = task.step_id.clone().unwrap_or_default();
@@ -188,7 +192,6 @@ fn Card(task: Task, steps: Vec<crate::model::WorkflowStep>) -> impl IntoView {
                         .collect_view()}
                 </select>
             </label>
-            {move || moving.value().get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
         </li>
     }
 }

@@ -9,15 +9,25 @@ use crate::client::store::Transcript;
 use crate::model::{Message, MessageAuthor, MessageKind, MessagePage};
 use crate::ui::clarification::Overlay;
 use crate::ui::live::Live;
+use crate::ui::load::load_latest;
 use crate::ui::permission::PermissionPrompt;
 
 #[component]
 pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
     let live = expect_context::<Live>();
     let send = ServerAction::<SendPrompt>::new();
+    // The composer empties once its message was accepted.
+    let composer = NodeRef::<leptos::html::Textarea>::new();
+    Effect::new(move |_| {
+        if let Some(Ok(_)) = send.value().get()
+            && let Some(t) = composer.get_untracked()
+        {
+            t.set_value("");
+        }
+    });
     let page = Resource::new(
-        move || (session.get(), live.resync.get()),
-        |(s, _)| async move {
+        move || (session.get(), live.resync.get(), live.subscribed.get()),
+        |(s, ..)| async move {
             match s {
                 Some(s) => session_messages(s.clone(), None)
                     .await
@@ -73,17 +83,19 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
     // The question and the permission request load in the browser only (the overlay is an
     // interactive control; the server renders the transcript). Memos keep the overlay and its
     // draft when a refetch returns the same bundle.
-    let question = LocalResource::new(move || {
-        let s = session.get();
-        live.resync.track();
-        live.questions.track();
-        async move {
+    let question = load_latest(
+        move || {
+            live.resync.track();
+            live.questions.track();
+            session.get()
+        },
+        |s: Option<String>| async move {
             match s {
                 Some(s) => active_question(s).await,
                 None => Ok(None),
             }
-        }
-    });
+        },
+    );
     // Only the shown session's question (N4): never another session's while one loads.
     let shown_question = Memo::new(move |_| {
         let id = session.get();
@@ -93,17 +105,19 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
             .flatten()
             .filter(|b| Some(&b.session_id) == id.as_ref())
     });
-    let permission = LocalResource::new(move || {
-        let s = session.get();
-        live.resync.track();
-        live.permissions.track();
-        async move {
+    let permission = load_latest(
+        move || {
+            live.resync.track();
+            live.permissions.track();
+            session.get()
+        },
+        |s: Option<String>| async move {
             match s {
                 Some(s) => pending_permission(s).await,
                 None => Ok(None),
             }
-        }
-    });
+        },
+    );
     let shown_permission = Memo::new(move |_| {
         let id = session.get();
         permission
@@ -162,7 +176,24 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
                 })}
                 <ActionForm action=send attr:class="composer">
                     <input type="hidden" name="session_id" prop:value=move || session.get().unwrap_or_default() />
-                    <textarea name="content" data-testid="prompt-input" aria-label="Message to the agent" placeholder="Message the agent…" required></textarea>
+                    <textarea
+                        name="content"
+                        node_ref=composer
+                        data-testid="prompt-input"
+                        aria-label="Message to the agent"
+                        placeholder="Message the agent… (Enter sends, Shift+Enter for a new line)"
+                        maxlength=crate::model::limits::PROMPT_CHARS
+                        required
+                        on:keydown=move |e| {
+                            if e.key() == "Enter" && !e.shift_key() && !e.is_composing() {
+                                e.prevent_default();
+                                #[cfg(feature = "hydrate")]
+                                if let Some(form) = composer.get_untracked().and_then(|t| t.form()) {
+                                    let _ = form.request_submit();
+                                }
+                            }
+                        }
+                    ></textarea>
                     <button type="submit" data-testid="prompt-send">"Send"</button>
                 </ActionForm>
                 {move || send.value().get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}

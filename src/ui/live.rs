@@ -32,6 +32,9 @@ pub struct Live {
     pub watched: RwSignal<Option<String>>,
     /// Bumped on every (re)connection and `resync`: snapshots refetch (P10).
     pub resync: RwSignal<u64>,
+    /// Bumped when the socket confirms the watched session's subscription (its transcript
+    /// refetches once: nothing between the snapshot and the subscription is missed).
+    pub subscribed: RwSignal<u64>,
     /// Bumped when the watched session's questions change (the overlay refetches).
     pub questions: RwSignal<u64>,
     /// Bumped when the watched session's permission requests change.
@@ -116,6 +119,7 @@ pub fn provide_live() -> Live {
         shown_task: RwSignal::new(None),
         watched: RwSignal::new(None),
         resync: RwSignal::new(0),
+        subscribed: RwSignal::new(0),
         questions: RwSignal::new(0),
         permissions: RwSignal::new(0),
         session_list: RwSignal::new(0),
@@ -174,9 +178,13 @@ mod browser {
         }
     }
 
-    fn subscribe_frame(session: &str) -> String {
-        json!({ "type": "request", "id": 1, "action": "subscribe.session", "payload": { "session_id": session } })
+    fn frame(action: &str, session: &str) -> String {
+        json!({ "type": "request", "id": 1, "action": action, "payload": { "session_id": session } })
             .to_string()
+    }
+
+    fn subscribe_frame(session: &str) -> String {
+        frame("subscribe.session", session)
     }
 
     pub fn start(live: Live) {
@@ -184,8 +192,18 @@ mod browser {
             let Ok(envelope) = serde_json::from_str::<Envelope>(text) else {
                 return;
             };
-            if let EnvelopeBody::Notification(n) = envelope.body {
-                live.apply(&n);
+            match envelope.body {
+                EnvelopeBody::Notification(n) => live.apply(&n),
+                // From now on the session's rows are pushed: refetch its transcript once, so a
+                // row added between the snapshot and the subscription is not missed.
+                EnvelopeBody::Other { action, payload }
+                    if action == "subscribe.session"
+                        && payload.get("session_id").and_then(|v| v.as_str())
+                            == live.watched.get_untracked().as_deref() =>
+                {
+                    live.subscribed.update(|v| *v += 1)
+                }
+                EnvelopeBody::Other { .. } => {}
             }
         };
         // The library's own reconnect is off (its interval is fixed): after a close, `open()`
@@ -256,13 +274,21 @@ mod browser {
                 was_open.set_value(open);
             }
         });
-        Effect::new(move |_| {
+        // One subscription at a time: the session shown (a connection may hold only a few).
+        Effect::new(move |previous: Option<Option<String>>| {
             let watched = live.watched.get();
-            if ready_state.get_untracked() == ConnectionReadyState::Open
-                && let Some(id) = watched
-            {
-                send(&subscribe_frame(&id));
+            if ready_state.get_untracked() == ConnectionReadyState::Open {
+                if let Some(old) = previous
+                    .flatten()
+                    .filter(|old| Some(old) != watched.as_ref())
+                {
+                    send(&frame("unsubscribe.session", &old));
+                }
+                if let Some(id) = &watched {
+                    send(&subscribe_frame(id));
+                }
             }
+            watched
         });
     }
 }

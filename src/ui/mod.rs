@@ -7,6 +7,7 @@ pub mod chat;
 pub mod clarification;
 pub mod drawer;
 pub mod live;
+pub mod load;
 pub mod nav;
 pub mod pages;
 pub mod permission;

@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
 use crate::api::tasks::{CreateTask, archive_task, list_tasks};
-use crate::model::{PendingAction, Task, TaskQuery};
+use crate::model::{AppError, PendingAction, Task, TaskQuery};
 use crate::ui::drawer::Drawer;
 use crate::ui::live::Live;
 use crate::ui::nav::Navigator;
@@ -60,6 +60,17 @@ fn TaskList() -> impl IntoView {
     let search = RwSignal::new(String::new());
     let query = Signal::derive(move || search.get().trim().to_string());
     let pages = TaskPages::new(query);
+    // One action for every row: rows are rebuilt when a page reloads, the action is not.
+    let archive = Action::new(move |id: &String| {
+        let id = id.clone();
+        async move {
+            let archived = archive_task(id, true).await;
+            if let Ok(t) = &archived {
+                live.tasks.update(|b| b.merge([t.clone()]));
+            }
+            archived
+        }
+    });
     // Every task with a pending action is listed whatever page it is on (P2).
     let pending = Resource::new(
         move || live.resync.get(),
@@ -105,7 +116,7 @@ fn TaskList() -> impl IntoView {
                         <Show when=move || !rows().is_empty() fallback=|| view! { <p class="muted">"No tasks."</p> }>
                             <ul class="task-list">
                                 <For each=rows key=|t| (t.id.clone(), t.updated_at.clone(), t.task_pending_action, t.title.clone()) let:task>
-                                    <TaskRow task />
+                                    <TaskRow task archive />
                                 </For>
                             </ul>
                         </Show>
@@ -139,21 +150,10 @@ pub fn PendingIcon(pending: Option<PendingAction>) -> impl IntoView {
 }
 
 #[component]
-fn TaskRow(task: Task) -> impl IntoView {
+fn TaskRow(task: Task, archive: Action<String, Result<Task, AppError>>) -> impl IntoView {
     let drawer = expect_context::<Drawer>();
     let nav = expect_context::<Navigator>();
-    let live = expect_context::<Live>();
     let href = format!("/t/{}", task.id);
-    let archive = Action::new(move |id: &String| {
-        let id = id.clone();
-        async move {
-            let archived = archive_task(id, true).await;
-            if let Ok(t) = &archived {
-                live.tasks.update(|b| b.merge([t.clone()]));
-            }
-            archived
-        }
-    });
     let id = task.id.clone();
     let clicked = task.clone();
     view! {

@@ -15,6 +15,7 @@ use crate::model::{PendingAction, Session, SessionState, Task};
 use crate::ui::chat::ChatPanel;
 use crate::ui::drawer::Drawer;
 use crate::ui::live::Live;
+use crate::ui::load::load_latest;
 use crate::ui::nav::Navigator;
 
 /// What a tab says about its session.
@@ -43,18 +44,16 @@ pub fn TaskPage() -> impl IntoView {
     let selected = Memo::new(move |_| query.read().get("session").filter(|s| !s.is_empty()));
     // A fresh load per click (N1: a pending task always reloads its sessions before choosing).
     let ticket = move || nav.intent.get().map(|i| i.ticket);
-    let sessions = Resource::new(
+    // Loaded in the browser (N1 decides there), afresh on every click, resync and session
+    // change. Each result names its task, so a list of another task is never decided on.
+    let sessions = load_latest(
         move || {
-            (
-                task_id.get(),
-                live.resync.get(),
-                live.session_list.get(),
-                ticket(),
-            )
+            live.resync.track();
+            live.session_list.track();
+            ticket();
+            task_id.get()
         },
-        // Each result names its task: while another task's list is still shown (a resource
-        // keeps its old value while it reloads), nothing is decided or drawn from it.
-        |(id, ..)| async move { task_sessions(id.clone()).await.map(|list| (id, list)) },
+        |id: String| async move { task_sessions(id.clone()).await.map(|list| (id, list)) },
     );
     let task = Resource::new(
         move || (task_id.get(), live.resync.get()),
@@ -119,11 +118,10 @@ pub fn TaskPage() -> impl IntoView {
         }
         live.watched.set(session);
     });
-    // Created here, not inside the Suspense bodies: those re-run on every refetch and would
+    // Created here, not inside the Suspense body: it re-runs on every refetch and would
     // dispose what the previous body's closures still read.
     let header = Signal::derive(current_task);
     let tabs = Signal::derive(session_list);
-    let adding = RwSignal::new(false);
     view! {
         <section class="task-page" data-task-id=move || task_id.get()>
             <Suspense fallback=|| view! { <p class="muted">"Loading the task…"</p> }>
@@ -134,14 +132,8 @@ pub fn TaskPage() -> impl IntoView {
                     }
                 })}
             </Suspense>
-            <Suspense fallback=|| view! { <p class="muted">"Loading sessions…"</p> }>
-                {move || Suspend::new(async move {
-                    match sessions.await {
-                        Ok(_) => view! { <SessionTabs list=tabs task_id selected adding /> }.into_any(),
-                        Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Suspense>
+            {move || sessions.get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
+            <SessionTabs list=tabs task_id selected />
             <ChatPanel session=selected />
         </section>
     }
@@ -167,9 +159,8 @@ fn SessionTabs(
     list: Signal<Vec<Session>>,
     task_id: Memo<String>,
     selected: Memo<Option<String>>,
-    /// Whether the new-session form is open (kept by the page across refetches).
-    adding: RwSignal<bool>,
 ) -> impl IntoView {
+    let adding = RwSignal::new(false);
     let cancel = Action::new(move |session: &String| {
         let session = session.clone();
         async move { cancel_session(session).await }

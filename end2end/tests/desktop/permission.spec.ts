@@ -1,0 +1,42 @@
+import { expect, test } from "../../helpers/fixtures";
+import { Api, gateSocket, ready } from "../../helpers/api";
+
+test("N6: a permission request is answered by a click; the prompt and the icon clear", async ({ page, request }) => {
+  const api = new Api(request);
+  const task = await api.createTask(`Permission ${Date.now()}`, { prompt: "/e2e:permission" });
+  await page.goto("/");
+  await ready(page);
+  const row = page.locator(`.sidebar [data-task-id="${task.id}"]`);
+  await expect(row.getByTestId("task-state-pending-permission")).toBeVisible();
+  await row.click();
+  const prompt = page.getByTestId("permission-prompt");
+  await expect(prompt).toContainText("Run the test suite");
+  await expect(page.locator(`[data-testid="session-tab"][data-session-id="${task.primary_session_id}"]`)).toHaveAttribute("data-pending", "permission");
+  await page.getByTestId("permission-option-allow").click();
+  await expect(prompt).toHaveCount(0);
+  await expect(page.getByTestId("chat-message").filter({ hasText: "Permission outcome: selected allow" })).toBeVisible();
+  await expect(row.getByTestId("task-state-pending-permission")).toHaveCount(0);
+
+  await page.reload();
+  await ready(page);
+  await expect(page.getByTestId("permission-prompt")).toHaveCount(0);
+  await expect(row.getByTestId("task-state-pending-permission")).toHaveCount(0);
+});
+
+test("N6: a request whose turn was cancelled shows as cancelled when answered", async ({ page, request }) => {
+  const api = new Api(request);
+  const task = await api.createTask(`Permission gone ${Date.now()}`, { prompt: "/e2e:permission" });
+  const gate = await gateSocket(page);
+  await page.goto(`/t/${task.id}?session=${task.primary_session_id}`);
+  await ready(page);
+  await expect(page.getByTestId("permission-prompt")).toBeVisible();
+  // This tab hears nothing more; the turn is cancelled meanwhile (N6 cancels its requests).
+  gate.held = true;
+  const cancelled = await request.post(`/api/v1/sessions/${task.primary_session_id}/cancel`);
+  expect(cancelled.status()).toBe(200);
+  await api.waitTurnsDone(task.primary_session_id!, 1);
+
+  await page.getByTestId("permission-option-allow").click();
+  await expect(page.getByTestId("permission-prompt")).toContainText("This request was cancelled");
+  await expect(page.getByTestId("permission-option-allow")).toHaveCount(0);
+});

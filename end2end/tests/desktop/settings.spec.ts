@@ -1,0 +1,32 @@
+import { expect, test } from "../../helpers/fixtures";
+
+test("settings: add an agent profile and edit it; environment values are never shown", async ({ page, request }) => {
+  const name = `my-agent-${Date.now()}`;
+  await page.goto("/settings");
+  await expect(page.locator("body")).toHaveAttribute("data-hydrated", "true");
+  await expect(page.locator('[data-testid="agent-profile"][data-profile-name="mock"]')).toBeVisible();
+  await page.getByTestId("agent-profile-add").click();
+  const form = page.getByRole("form", { name: "Agent profile" });
+  await form.getByLabel("Name", { exact: true }).fill(name);
+  await form.getByLabel("Command", { exact: true }).fill("/usr/local/bin/my-agent");
+  await form.getByLabel("Arguments (one per line)").fill("--acp\n--quiet");
+  await form.getByLabel("Add variables (NAME=value, one per line)").fill("MY_AGENT_KEY=super-secret-value");
+  await page.getByTestId("agent-profile-save").click();
+
+  const row = page.locator(`[data-testid="agent-profile"][data-profile-name="${name}"]`);
+  await expect(row).toContainText("/usr/local/bin/my-agent --acp --quiet");
+  await expect(row).toContainText("env: MY_AGENT_KEY");
+  await expect(page.locator("body")).not.toContainText("super-secret-value");
+
+  await row.getByRole("button", { name: "Edit" }).click();
+  await expect(page.getByLabel("New value for MY_AGENT_KEY")).toHaveValue("");
+  await form.getByLabel("Command", { exact: true }).fill("/opt/agents/my-agent");
+  await page.getByTestId("agent-profile-save").click();
+  await expect(row).toContainText("/opt/agents/my-agent --acp --quiet");
+  await expect(row).toContainText("env: MY_AGENT_KEY");
+
+  const listed = await (await request.get("/api/v1/agent-profiles")).text();
+  expect(listed).toContain(name);
+  expect(listed).not.toContain("super-secret-value");
+  // The new profile is offered when starting a session.
+});
