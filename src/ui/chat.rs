@@ -136,6 +136,10 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
                             Ok(snapshot) => {
                                 let (a, b, c) = (snapshot.clone(), snapshot.clone(), snapshot);
                                 view! {
+                                    // Newest last, anchored at the bottom by CSS (`column-reverse`
+                                    // scroller): it opens at the newest row and follows new rows
+                                    // while the reader is there, with no script.
+                                    <div class="transcript-scroll">
                                     <ol class="transcript" aria-label="Transcript">
                                         <Show when=move || messages(&a).more_before>
                                             <li class="load-earlier">
@@ -161,6 +165,7 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
                                             <Row m />
                                         </For>
                                     </ol>
+                                    </div>
                                 }
                                 .into_any()
                             }

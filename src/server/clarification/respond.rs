@@ -216,13 +216,15 @@ pub async fn respond(
         Err(e) => return Err(undo(state, &record, e.to_string(), true).await),
     }
     publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
+    // The worker hears of the owed answer before the agent can react to the release below:
+    // with the turn still open it waits for the turn's end; after a crash, for a launch.
+    worker::deliver_owed(state, &record.session_id, &record.task_id);
     // The owed turn is now current: questions and permission requests of the older turn that
     // still wait end (L5, N6), so the agent finishes that turn and takes the answer.
     super::asking::release_superseded(state, &record.session_id).await;
     if let Err(e) = permissions::cancel_superseded(state, &record.session_id).await {
         tracing::warn!(error = %e, "cannot cancel superseded permission requests");
     }
-    worker::deliver_owed(state, &record.session_id, &record.task_id);
     Ok(won)
 }
 

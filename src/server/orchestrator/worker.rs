@@ -218,7 +218,11 @@ async fn next_event(events: &mut Option<mpsc::Receiver<AgentEvent>>) -> Option<A
 impl Worker {
     async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         loop {
+            // Biased: a command sent before something the agent then does is handled first
+            // (an owed answer is signalled before the superseded ask is released, so the
+            // agent's reaction — even an exit — is seen after it).
             tokio::select! {
+                biased;
                 _ = self.stop.cancelled() => break,
                 command = commands.recv() => match command {
                     None => break,
@@ -428,11 +432,12 @@ impl Worker {
                  or retry."
             );
             self.system_error(&owed.id, reason.clone()).await;
-            self.record_error(&reason).await;
+            // The state first: whoever sees the reason sees the session's final state.
             let r =
                 sessions::set_state(&self.state, &self.session_id, SessionState::WaitingForInput)
                     .await;
             self.log("cannot change the session state", r);
+            self.record_error(&reason).await;
             return Err(e);
         }
         let now = self.state.clock.now();
@@ -855,14 +860,15 @@ impl Worker {
         }
         self.queue.clear();
         self.queue_changed().await;
-        self.record_error(&shown).await;
         let to = if owed {
             SessionState::WaitingForInput
         } else {
             SessionState::Failed
         };
+        // The state first: whoever sees the reason sees the session's final state.
         let r = sessions::set_state(&self.state, &self.session_id, to).await;
         self.log("cannot change the session state", r);
+        self.record_error(&shown).await;
     }
 }
 
