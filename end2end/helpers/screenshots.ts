@@ -41,8 +41,11 @@ export async function workspaceForScreenshots(): Promise<{ server: OwnServer; as
   return { server, asking: { id: asking.id, session: asking.primary_session_id } };
 }
 
+/** `docs/screenshots/` with UPDATE_SCREENSHOTS=1 (the README's pictures); otherwise the run's
+ * own output, so a test run leaves the working tree clean. */
 export function screenshotPath(name: string) {
-  return path.resolve(__dirname, "../../docs/screenshots", name);
+  const dir = process.env.UPDATE_SCREENSHOTS ? "../../docs/screenshots" : "../test-results/screenshots";
+  return path.resolve(__dirname, dir, name);
 }
 
 export async function settle(page: Page) {
