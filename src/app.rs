@@ -37,6 +37,19 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
+/// The title's count: live in the browser; on the server always 0 without touching a signal,
+/// because the server reads the title while streaming the head, outside the request's reactive
+/// arena (a page under load panicked there: "no Arena is active").
+fn alert_count(live: crate::ui::live::Live) -> usize {
+    #[cfg(feature = "hydrate")]
+    return live.alerts.with(|a| a.count());
+    #[cfg(not(feature = "hydrate"))]
+    {
+        let _ = live;
+        0
+    }
+}
+
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
@@ -55,7 +68,7 @@ pub fn App() -> impl IntoView {
     // hydration and without JavaScript.
     view! {
         <Stylesheet id="leptos" href="/pkg/turnstile.css" />
-        <Title text=move || crate::client::notify::title(live.alerts.with(|a| a.count())) />
+        <Title text=move || crate::client::notify::title(alert_count(live)) />
         <Router>
             <Navigation />
             <div class="layout">

@@ -254,7 +254,38 @@ async fn tasks_are_patched_and_deleted(url: String) {
     server.stop().await;
 }
 
-both_http!(unknown_pages_render_without_panicking);
+both_http!(
+    unknown_pages_render_without_panicking,
+    pages_render_while_other_servers_start
+);
+
+/// Starting a server must not stall another one's pages: the route list is generated once per
+/// process, because generating it suppresses resource loads process-wide and a page whose
+/// resource first polled in that window never finished (leptos-rs/leptos#4773; it hung this
+/// file about one run in 25 while other tests started their servers).
+async fn pages_render_while_other_servers_start(url: String) {
+    let first = turnstile::api::route_list();
+    let server = TestServer::start(&url).await;
+    let page = |n: usize| {
+        let u = server.url(if n % 2 == 0 { "/" } else { "/no/such/page" });
+        async move {
+            tokio::time::timeout(std::time::Duration::from_secs(20), async {
+                reqwest::get(u).await.unwrap().text().await.unwrap()
+            })
+            .await
+            .expect("a page stalled while another server started")
+        }
+    };
+    let starts = (0..4).map(|_| {
+        let url = url.clone();
+        tokio::spawn(async move { TestServer::start(&url).await.stop().await })
+    });
+    let pages = futures::future::join_all((0..8).map(page));
+    let (_, pages) = tokio::join!(futures::future::join_all(starts), pages);
+    assert!(pages.iter().all(|p| p.contains("</html>")));
+    assert!(std::ptr::eq(first, turnstile::api::route_list()));
+    server.stop().await;
+}
 
 async fn unknown_pages_render_without_panicking(url: String) {
     let server = TestServer::start(&url).await;

@@ -9,7 +9,7 @@ use axum::http::{HeaderName, HeaderValue, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use leptos::prelude::*;
-use leptos_axum::{LeptosRoutes, generate_route_list};
+use leptos_axum::{AxumRouteListing, LeptosRoutes, generate_route_list};
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -25,8 +25,17 @@ use crate::server::state::AppState;
 /// Long waits (MCP tool calls, the socket after its upgrade) count while they last.
 pub const MAX_IN_FLIGHT: usize = 2048;
 
+/// The pages' routes, generated once per process. Generating them renders the app with a
+/// process-wide "suppress resource loads" flag set (leptos_server), and a page whose resource
+/// is first polled inside that window never finishes (leptos-rs/leptos#4773): a second server
+/// in the same process (the tests start many) stalled another's `/` about one run in 25.
+pub fn route_list() -> &'static [AxumRouteListing] {
+    static ROUTES: std::sync::OnceLock<Vec<AxumRouteListing>> = std::sync::OnceLock::new();
+    ROUTES.get_or_init(|| generate_route_list(App))
+}
+
 pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
-    let routes = generate_route_list(App);
+    let routes = route_list().to_vec();
     let app = Router::new()
         .merge(super::rest_routes(&state))
         .route(

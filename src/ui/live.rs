@@ -189,7 +189,7 @@ mod browser {
 
     pub fn start(live: Live) {
         let on_message = move |text: &String| {
-            let Ok(envelope) = serde_json::from_str::<Envelope>(text) else {
+            let Ok(envelope) = Envelope::from_json(text) else {
                 return;
             };
             match envelope.body {
