@@ -244,7 +244,7 @@ mod browser {
             let open = open.clone();
             move |_| {
                 let open = open.clone();
-                set_timeout(move || open(), Duration::ZERO);
+                set_timeout(open, Duration::ZERO);
             }
         });
         reopen.set_value(Some(Arc::new(open)));
