@@ -23,6 +23,14 @@ if [ -z "${TEST_POSTGRES_URL:-}" ]; then
   fi
 fi
 
+log "format and lints (server, tests and the browser bundle)"
+cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
+cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+cargo fmt --check
+cargo clippy --features ssr --all-targets -- -D warnings
+cargo clippy --lib --target wasm32-unknown-unknown --no-default-features --features hydrate \
+  --target-dir target/front -- -D warnings
+
 log "Rust tests (SQLite and PostgreSQL)"
 cargo test --all-targets
 

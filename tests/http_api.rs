@@ -267,7 +267,11 @@ async fn pages_render_while_other_servers_start(url: String) {
     let first = turnstile::api::route_list();
     let server = TestServer::start(&url).await;
     let page = |n: usize| {
-        let u = server.url(if n.is_multiple_of(2) { "/" } else { "/no/such/page" });
+        let u = server.url(if n.is_multiple_of(2) {
+            "/"
+        } else {
+            "/no/such/page"
+        });
         async move {
             tokio::time::timeout(std::time::Duration::from_secs(20), async {
                 reqwest::get(u).await.unwrap().text().await.unwrap()
