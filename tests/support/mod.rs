@@ -64,6 +64,31 @@ pub async fn postgres_url() -> Option<String> {
     Some(format!("{base}/{name}{query}"))
 }
 
+/// Drops a database made by [`postgres_url`] once its story passed (a failed story keeps it for
+/// a look): a long-lived `TEST_POSTGRES_URL` cluster otherwise grows by every run.
+pub async fn drop_postgres(url: &str) {
+    use sqlx::Connection;
+    let Ok(admin) = std::env::var("TEST_POSTGRES_URL") else {
+        return;
+    };
+    let name = url
+        .rsplit_once('/')
+        .map(|(_, db)| db.split('?').next().unwrap_or(db))
+        .filter(|db| {
+            db.starts_with("t_") && db.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+        .expect("a database made by postgres_url");
+    let mut conn = sqlx::PgConnection::connect(&admin)
+        .await
+        .expect("reach PostgreSQL to drop a test database");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+    )))
+    .execute(&mut conn)
+    .await
+    .expect("drop the test database");
+}
+
 pub async fn sqlite_repo() -> Arc<dyn Repository> {
     repo::connect(&sqlite_url()).await.expect("open sqlite")
 }
@@ -213,8 +238,9 @@ macro_rules! both_http {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
                     if let Some(url) = $crate::support::postgres_url().await {
-                        super::$story(url).await;
+                        super::$story(url.clone()).await;
                         $crate::support::count_story("postgres");
+                        $crate::support::drop_postgres(&url).await;
                     }
                 }
             }
