@@ -1,6 +1,7 @@
 //! Shared data transfer types (serde only): what crosses the wire between the server, the
 //! browser and API clients. Shapes follow `shared/spec/api.md`; nothing here touches a database.
 
+mod envelope_parse;
 mod error;
 pub mod limits;
 mod notification;

@@ -83,48 +83,10 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
     // The question and the permission request load in the browser only (the overlay is an
     // interactive control; the server renders the transcript). Memos keep the overlay and its
     // draft when a refetch returns the same bundle.
-    let question = load_latest(
-        move || {
-            live.resync.track();
-            live.questions.track();
-            session.get()
-        },
-        |s: Option<String>| async move {
-            match s {
-                Some(s) => active_question(s).await,
-                None => Ok(None),
-            }
-        },
-    );
-    // Only the shown session's question (N4): never another session's while one loads.
-    let shown_question = Memo::new(move |_| {
-        let id = session.get();
-        question
-            .get()
-            .and_then(Result::ok)
-            .flatten()
-            .filter(|b| Some(&b.session_id) == id.as_ref())
-    });
-    let permission = load_latest(
-        move || {
-            live.resync.track();
-            live.permissions.track();
-            session.get()
-        },
-        |s: Option<String>| async move {
-            match s {
-                Some(s) => pending_permission(s).await,
-                None => Ok(None),
-            }
-        },
-    );
-    let shown_permission = Memo::new(move |_| {
-        let id = session.get();
-        permission
-            .get()
-            .and_then(Result::ok)
-            .flatten()
-            .filter(|p| Some(&p.session_id) == id.as_ref())
+    let shown_question =
+        shown_session_load(session, live.questions, active_question, |b| &b.session_id);
+    let shown_permission = shown_session_load(session, live.permissions, pending_permission, |p| {
+        &p.session_id
     });
     view! {
         <div class="chat" data-testid="chat-panel" data-active-session-id=move || session.get().unwrap_or_default()>
@@ -205,6 +167,43 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
             </Show>
         </div>
     }
+}
+
+/// What the shown session has pending, loaded in the browser whenever the session, `changed`
+/// or a resync moves; only the shown session's item (N4): never another session's while one
+/// loads.
+fn shown_session_load<T, Fut>(
+    session: Memo<Option<String>>,
+    changed: RwSignal<u64>,
+    fetch: fn(String) -> Fut,
+    session_of: fn(&T) -> &String,
+) -> Memo<Option<T>>
+where
+    T: Clone + PartialEq + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Option<T>, crate::model::AppError>> + 'static,
+{
+    let live = expect_context::<Live>();
+    let loaded = load_latest(
+        move || {
+            live.resync.track();
+            changed.track();
+            session.get()
+        },
+        move |s: Option<String>| async move {
+            match s {
+                Some(s) => fetch(s).await,
+                None => Ok(None),
+            }
+        },
+    );
+    Memo::new(move |_| {
+        let id = session.get();
+        loaded
+            .get()
+            .and_then(Result::ok)
+            .flatten()
+            .filter(|item| Some(session_of(item)) == id.as_ref())
+    })
 }
 
 /// One transcript row: agent text as the server's sanitized Markdown, tool calls and thoughts
