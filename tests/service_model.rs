@@ -80,6 +80,9 @@ struct Seq<'a> {
     questions: usize,
     /// pending id → the unique prompt text of its question.
     prompts: BTreeMap<String, String>,
+    /// Prompt texts of questions the agent asks with its own timeout: it acts again by itself,
+    /// so such a question never makes a quiescent point (its timeout would race the model).
+    self_timed: BTreeSet<String>,
     /// pending id → how many responders were told `claimed: true`.
     claimed: BTreeMap<String, usize>,
     /// Once active, then inactive while still pending: must never come back (I9).
@@ -101,17 +104,30 @@ impl Seq<'_> {
 
     fn question(&mut self) -> String {
         self.questions += 1;
-        let text = format!("Q{}-{}", self.seed, self.questions);
+        let text = self.question_text();
         json!({ "questions": [{ "id": "q", "prompt": text, "options": [{ "id": "a", "label": "A" }, { "id": "b", "label": "B" }] }] }).to_string()
+    }
+
+    fn question_text(&self) -> String {
+        format!("Q{}-{}", self.seed, self.questions)
+    }
+
+    /// A question the agent stops waiting for after a few milliseconds (`e2e:ask-timeout`).
+    fn self_timed_question(&mut self) -> String {
+        let question = self.question();
+        self.self_timed.insert(self.question_text());
+        question
     }
 
     fn script(&mut self, turn: Turn) -> String {
         match turn {
             Turn::Message => "e2e:message(\"hello\")".into(),
             Turn::LiveQuestion => format!("e2e:ask({})", self.question()),
-            Turn::DetachedQuestion => format!("e2e:ask-timeout(5, {})", self.question()),
+            Turn::DetachedQuestion => {
+                format!("e2e:ask-timeout(5, {})", self.self_timed_question())
+            }
             Turn::QuestionAfterDetach => {
-                let (a, b) = (self.question(), self.question());
+                let (a, b) = (self.self_timed_question(), self.question());
                 format!("e2e:ask-timeout(5, {a})\ne2e:ask({b})")
             }
             Turn::Permission => "e2e:permission()".into(),
@@ -232,10 +248,13 @@ impl Seq<'_> {
                 "I3: nobody won the active {pending_id}: {results:?}"
             ));
         }
-        if let Some(before) = counts_before
-            && table_counts(&self.lane.url).await != before
-        {
-            self.fail("I5: a 409 wrote something");
+        if let Some(before) = counts_before {
+            let after = table_counts(&self.lane.url).await;
+            if after != before {
+                self.fail(&format!(
+                    "I5: a 409 wrote something: {pending_id} ({status}) rows {before:?} → {after:?}: {results:?}"
+                ));
+            }
         }
         if winners == 0 && retryable > 0 {
             // L18: failed before acceptance — nothing changed, the question is open again.
@@ -315,17 +334,17 @@ impl Seq<'_> {
             .iter()
             .filter(|t| t.completed_at.is_none() && !owed.contains(&t.id))
         {
-            let waits_for_answer = repo
-                .session_bundles(&self.session)
-                .await
-                .unwrap()
-                .iter()
-                .any(|b| {
-                    b.turn_id == t.id
-                        && b.status == BundleStatus::Pending
-                        && !b.detached
-                        && state.runtime.waiters.contains(&b.pending_id)
-                });
+            let mut waits_for_answer = false;
+            for b in repo.session_bundles(&self.session).await.unwrap() {
+                if b.turn_id == t.id
+                    && b.status == BundleStatus::Pending
+                    && !b.detached
+                    && state.runtime.waiters.contains(&b.pending_id)
+                {
+                    let stored = repo.get_bundle(&b.pending_id).await.unwrap().unwrap();
+                    waits_for_answer |= !self.self_timed.contains(&stored.questions[0].prompt);
+                }
+            }
             let waits_for_permission = repo
                 .pending_permission_requests(&self.session)
                 .await
@@ -472,6 +491,7 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
         log: vec![],
         questions: 0,
         prompts: BTreeMap::new(),
+        self_timed: BTreeSet::new(),
         claimed: BTreeMap::new(),
         superseded: BTreeSet::new(),
         was_active: BTreeSet::new(),
