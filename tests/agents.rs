@@ -17,6 +17,7 @@ both_http!(
     l20_prompt_after_detached_question_supersedes_it,
     n3_workflow_waits_for_the_question_and_advances_after,
     bad_prompts_get_clear_errors,
+    a_long_streamed_reply_is_one_message_written_a_bounded_number_of_times,
 );
 
 async fn session_state(api: &Api, task: &str, session: &str) -> Value {
@@ -816,5 +817,49 @@ async fn cancel_answers_a_waiting_permission_with_cancelled(url: String) {
     assert_eq!(last.1, "Permission outcome: cancelled");
     let s = session_state(&api, &task, &session).await;
     assert_eq!(s["pending_action"], Value::Null);
+    server.stop().await;
+}
+
+/// Issue 11 "Streaming": 5,000 chunks of one reply become one message, written at most once
+/// per flush interval (plus once per 64 KB), not once per chunk: the count of
+/// `session.message.updated` events is bounded by the time the reply took.
+async fn a_long_streamed_reply_is_one_message_written_a_bounded_number_of_times(url: String) {
+    use turnstile::server::orchestrator::stream::{FLUSH_BYTES, FLUSH_INTERVAL};
+    const CHUNKS: usize = 5_000;
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let mut events = server.state.hub.subscribe();
+    let started = std::time::Instant::now();
+    let (_task, session) = api
+        .start_task(&format!("e2e:stream({CHUNKS}, \"word \")"))
+        .await;
+    let mut updates = 0;
+    loop {
+        let e = support::next_event(&mut events, |e| {
+            e.session_id.as_deref() == Some(session.as_str())
+                && (e.action == "session.message.updated" || e.action == "session.turn.completed")
+        })
+        .await;
+        if e.action == "session.turn.completed" {
+            break;
+        }
+        updates += 1;
+    }
+    let elapsed = started.elapsed();
+    eprintln!("{updates} message writes for {CHUNKS} chunks in {elapsed:?}");
+    let msgs = api.messages(&session).await;
+    let agent: Vec<&Value> = msgs.iter().filter(|m| m["author"] == "agent").collect();
+    assert_eq!(agent.len(), 1, "one message per reply");
+    assert_eq!(agent[0]["content"], "word ".repeat(CHUNKS));
+    let bound =
+        (elapsed.as_millis() / FLUSH_INTERVAL.as_millis()) as usize + 5 * CHUNKS / FLUSH_BYTES + 2;
+    assert!(
+        updates <= bound,
+        "{updates} writes for {CHUNKS} chunks in {elapsed:?} (at most {bound})"
+    );
+    assert!(
+        updates < CHUNKS / 10,
+        "{updates} writes for {CHUNKS} chunks"
+    );
     server.stop().await;
 }

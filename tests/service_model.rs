@@ -318,9 +318,18 @@ impl Seq<'_> {
     /// live question or a permission request) — agents act only within turns.
     async fn quiet(&self) -> bool {
         let state = &self.lane.server().state;
-        if !worker::is_idle(state, &self.session) {
+        let Some(before) = worker::idle_mark(state, &self.session) else {
             return false;
-        }
+        };
+        // The reads below count only if the worker handled nothing meanwhile (a turn read as
+        // complete while the worker still writes its error message is no quiescent point).
+        let quiet = self.quiet_in_database().await;
+        quiet && worker::idle_mark(state, &self.session) == Some(before)
+    }
+
+    /// `quiet`'s database half: every open turn waits for the human (or owes a resume).
+    async fn quiet_in_database(&self) -> bool {
+        let state = &self.lane.server().state;
         let repo = &state.repo;
         let turns = repo.list_turns(&self.session).await.unwrap();
         let owed: BTreeSet<String> = repo

@@ -174,6 +174,16 @@ async fn run_prompt(
                     }
                 }
             }
+            Step::Stream { count, text } => {
+                for _ in 0..count {
+                    let _ = conn.send_notification(SessionNotification::new(
+                        sid.clone(),
+                        SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::from(
+                            text.clone(),
+                        ))),
+                    ));
+                }
+            }
             Step::Exit(code) => {
                 st.exit_now(code);
                 return StopReason::EndTurn;

@@ -21,7 +21,15 @@ pub enum Step {
     Permission,
     /// Exit the process with this code (a crashing agent, for tests).
     Exit(i32),
+    /// One reply streamed as `count` chunks of `text` (a long, chatty reply).
+    Stream {
+        count: u32,
+        text: String,
+    },
 }
+
+/// The most chunks one `e2e:stream` line may send.
+pub const MAX_STREAM_CHUNKS: u32 = 100_000;
 
 pub fn db_question() -> Value {
     json!({
@@ -138,6 +146,25 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
                     .parse()
                     .map_err(|e| format!("line {n}: exit needs a code: {e}"))?,
             ),
+            "e2e:stream" => {
+                let (count, text) = args
+                    .split_once(',')
+                    .ok_or(format!("line {n}: stream(count, \"text\")"))?;
+                let count: u32 = count
+                    .trim()
+                    .parse()
+                    .map_err(|e| format!("line {n}: stream needs a chunk count: {e}"))?;
+                if count == 0 || count > MAX_STREAM_CHUNKS {
+                    return Err(format!(
+                        "line {n}: stream sends 1 to {MAX_STREAM_CHUNKS} chunks"
+                    ));
+                }
+                Step::Stream {
+                    count,
+                    text: serde_json::from_str::<String>(text.trim())
+                        .map_err(|e| format!("line {n}: stream needs a JSON string: {e}"))?,
+                }
+            }
             "e2e:ask" => Step::Ask {
                 input: serde_json::from_str(args)
                     .map_err(|e| format!("line {n}: ask needs JSON: {e}"))?,
@@ -217,6 +244,16 @@ mod tests {
             }
         ));
         assert_eq!(steps[3], Step::Say("two".into()));
+        assert_eq!(
+            parse("e2e:stream(3, \"ab\")").unwrap(),
+            vec![Step::Stream {
+                count: 3,
+                text: "ab".into()
+            }]
+        );
+        assert!(parse("e2e:stream(0, \"ab\")").is_err());
+        assert!(parse("e2e:stream(100001, \"ab\")").is_err());
+        assert!(parse("e2e:stream(3, ab)").is_err());
         assert!(parse("e2e:fly(1)").unwrap_err().contains("unknown"));
         assert!(
             parse("e2e:delay(soon)")

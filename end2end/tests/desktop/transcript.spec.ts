@@ -9,7 +9,12 @@ test("the transcript shows the newest messages first and pages upward", async ({
   const task = await api.createTask(`Long session ${Date.now()}`, { prompt: "prompt 0" });
   const session = task.primary_session_id!;
   const turns = 110; // 220 rows: more than one page
-  for (let n = 1; n < turns; n++) await api.prompt(session, `prompt ${n}`);
+  // The server queues at most 32 prompts per session (429 beyond): send in batches of 16 and
+  // let each batch finish, so a slow machine never hits the bound.
+  for (let n = 1; n < turns; n++) {
+    await api.prompt(session, `prompt ${n}`);
+    if (n % 16 === 0) await api.waitTurnsDone(session, n + 1);
+  }
   await api.waitTurnsDone(session, turns);
 
   await page.goto(`/t/${task.id}?session=${session}`);

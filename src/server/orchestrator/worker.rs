@@ -5,10 +5,11 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::stream::{Chunk, StreamMerge};
@@ -74,6 +75,8 @@ pub struct SessionHandle {
     stop: CancellationToken,
     /// Commands sent and not yet handled, plus one while the worker handles anything.
     busy: Arc<AtomicUsize>,
+    /// How many commands and agent events the worker has started to handle.
+    handled: Arc<AtomicU64>,
 }
 
 impl SessionHandle {
@@ -97,17 +100,29 @@ impl SessionHandle {
     }
 }
 
-/// Whether the session's worker has nothing to do right now: no command waiting or being
-/// handled, no agent event being handled (tests use it to find quiescent points; the agent
-/// itself only acts within an open turn, which the database shows).
-pub fn is_idle(state: &AppState, session_id: &str) -> bool {
-    state
-        .runtime
-        .workers
-        .lock()
-        .expect("workers lock")
-        .get(session_id)
-        .is_none_or(|h| !h.is_alive() || h.busy.load(Ordering::SeqCst) == 0)
+/// A mark of an idle worker: equal marks taken before and after reading the database prove
+/// that the worker handled nothing in between (tests use it to find quiescent points; the
+/// agent itself only acts within an open turn, which the database shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleMark {
+    worker: usize,
+    handled: u64,
+}
+
+/// `Some` when the session's worker has nothing to do right now: no command waiting or being
+/// handled, no agent event being handled.
+pub fn idle_mark(state: &AppState, session_id: &str) -> Option<IdleMark> {
+    let workers = state.runtime.workers.lock().expect("workers lock");
+    let Some(h) = workers.get(session_id).filter(|h| h.is_alive()) else {
+        return Some(IdleMark {
+            worker: 0,
+            handled: 0,
+        });
+    };
+    (h.busy.load(Ordering::SeqCst) == 0).then(|| IdleMark {
+        worker: Arc::as_ptr(&h.handled) as usize,
+        handled: h.handled.load(Ordering::SeqCst),
+    })
 }
 
 /// Stops the worker of `session_id` (and with it the agent process), if one runs.
@@ -168,8 +183,10 @@ pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandl
     let (tx, rx) = mpsc::channel(COMMAND_BUFFER);
     let stop = state.shutdown.child_token();
     let busy = Arc::new(AtomicUsize::new(0));
+    let handled = Arc::new(AtomicU64::new(0));
     let worker = Worker {
         busy: busy.clone(),
+        handled: handled.clone(),
         state: state.clone(),
         session_id: session_id.to_string(),
         task_id: task_id.to_string(),
@@ -180,9 +197,15 @@ pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandl
         permissions: Vec::new(),
         open_turn: None,
         stream: StreamMerge::default(),
+        flush_owed: false,
     };
     tokio::spawn(worker.run(rx));
-    let h = SessionHandle { tx, stop, busy };
+    let h = SessionHandle {
+        tx,
+        stop,
+        busy,
+        handled,
+    };
     workers.insert(session_id.to_string(), h.clone());
     h
 }
@@ -195,6 +218,7 @@ struct Agent {
 
 struct Worker {
     busy: Arc<AtomicUsize>,
+    handled: Arc<AtomicU64>,
     state: AppState,
     session_id: String,
     task_id: String,
@@ -206,6 +230,14 @@ struct Worker {
     permissions: Vec<String>,
     open_turn: Option<String>,
     stream: StreamMerge,
+    /// Whether `busy` counts an owed stream write.
+    flush_owed: bool,
+}
+
+async fn sleep_until_due(due: Option<Instant>) {
+    if let Some(due) = due {
+        tokio::time::sleep_until(due).await;
+    }
 }
 
 async fn next_event(events: &mut Option<mpsc::Receiver<AgentEvent>>) -> Option<AgentEvent> {
@@ -221,33 +253,83 @@ impl Worker {
             // Biased: a command sent before something the agent then does is handled first
             // (an owed answer is signalled before the superseded ask is released, so the
             // agent's reaction — even an exit — is seen after it).
+            let due = self.stream.due();
             tokio::select! {
                 biased;
                 _ = self.stop.cancelled() => break,
+                _ = sleep_until_due(due), if due.is_some() => {
+                    self.handled.fetch_add(1, Ordering::SeqCst);
+                    self.flush_stream().await;
+                }
                 command = commands.recv() => match command {
                     None => break,
                     Some(c) => {
+                        self.handled.fetch_add(1, Ordering::SeqCst);
+                        self.flush_stream().await;
                         self.on_command(c).await;
+                        self.count_owed_flush();
                         self.busy.fetch_sub(1, Ordering::SeqCst);
                     }
                 },
                 event = next_event(&mut self.events) => {
                     self.busy.fetch_add(1, Ordering::SeqCst);
+                    self.handled.fetch_add(1, Ordering::SeqCst);
+                    // Streamed chunks wait in memory; anything else sees them written first.
+                    if !matches!(event, Some(AgentEvent::Text(_) | AgentEvent::Thought(_))) {
+                        self.flush_stream().await;
+                    }
                     match event {
                         Some(e) => self.on_event(e).await,
                         // The agent's channel closed without `Exited`: treat it as an exit.
                         None => self.on_event(AgentEvent::Exited("agent connection closed".into())).await,
                     }
+                    self.count_owed_flush();
                     self.busy.fetch_sub(1, Ordering::SeqCst);
                 }
             }
         }
+        self.flush_stream().await;
         self.stop_agent().await;
         // Answer what is still queued so no caller waits forever.
         commands.close();
         while let Ok(command) = commands.try_recv() {
             reply_stopped(command);
         }
+    }
+
+    /// A streamed chunk waiting in memory is work: the worker counts as busy until it is
+    /// written (`idle_mark` must not see a quiescent point with a write still to come).
+    fn count_owed_flush(&mut self) {
+        let owes = self.stream.owes();
+        if owes != self.flush_owed {
+            if owes {
+                self.busy.fetch_add(1, Ordering::SeqCst);
+            } else {
+                self.busy.fetch_sub(1, Ordering::SeqCst);
+            }
+            self.flush_owed = owes;
+        }
+    }
+
+    /// Writes and publishes what streamed replies have in memory.
+    async fn flush_stream(&mut self) {
+        for flush in self.stream.take() {
+            match self
+                .state
+                .repo
+                .update_message_content(&flush.id, &flush.content, self.state.clock.now())
+                .await
+            {
+                Ok(Some(m)) => {
+                    publish::message(&self.state, publish::MessageEvent::Updated, &m).await
+                }
+                Ok(None) => {} // the message was deleted meanwhile
+                Err(e) => {
+                    tracing::error!(session_id = %self.session_id, error = %e, "cannot record agent output")
+                }
+            }
+        }
+        self.count_owed_flush();
     }
 
     fn log(&self, what: &str, result: Result<impl Sized, impl std::fmt::Display>) {
@@ -387,7 +469,7 @@ impl Worker {
         publish::turn_started(&self.state, &turn);
         publish::message(&self.state, publish::MessageEvent::Added, &message).await;
         self.open_turn = Some(turn.id.clone());
-        self.stream = StreamMerge::default();
+        self.stream.break_here();
         if let Err(e) = self.ensure_agent().await {
             self.fail(&e.to_string()).await;
             return Ok(turn.id);
@@ -446,7 +528,7 @@ impl Worker {
         }
         // Delivered: from here the answer is the agent's (exactly once).
         self.open_turn = Some(owed.id.clone());
-        self.stream = StreamMerge::default();
+        self.stream.break_here();
         if let Some(agent) = &self.agent {
             agent
                 .connection
@@ -627,27 +709,18 @@ impl Worker {
         Ok(Some(m.id))
     }
 
-    /// Coalesces streamed chunks into one message per reply.
+    /// Coalesces streamed chunks into one message per reply; the first chunk is written at
+    /// once, the rest when due (`stream.rs`).
     async fn stream(&mut self, kind: MessageKind, chunk: String) -> Result<(), AppError> {
         let mark = self.state.runtime.counters.foreign_rows(&self.session_id);
-        match self.stream.push(kind, &chunk, mark) {
-            Chunk::Extend { id, content } => {
-                if let Some(m) = self
-                    .state
-                    .repo
-                    .update_message_content(&id, &content, self.state.clock.now())
-                    .await?
-                {
-                    publish::message(&self.state, publish::MessageEvent::Updated, &m).await;
-                }
-            }
-            Chunk::New(content) => {
-                if let Some(id) = self
-                    .append(MessageAuthor::Agent, kind, content.clone(), None)
-                    .await?
-                {
-                    self.stream.opened(kind, id, content, mark);
-                }
+        if let Chunk::New(content) = self.stream.push(kind, &chunk, mark, Instant::now()) {
+            // Replies that just ended are written before the new one begins.
+            self.flush_stream().await;
+            if let Some(id) = self
+                .append(MessageAuthor::Agent, kind, content.clone(), None)
+                .await?
+            {
+                self.stream.opened(kind, id, content, mark);
             }
         }
         Ok(())
