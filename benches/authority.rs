@@ -18,7 +18,6 @@ use turnstile::server::repo::{
 };
 
 const SESSIONS: usize = 100;
-const SAMPLES: usize = 30;
 
 async fn fresh(url_base: &str, name: &str) -> Arc<dyn Repository> {
     if url_base.starts_with("sqlite") {
@@ -133,58 +132,56 @@ async fn naive(repo: &Arc<dyn Repository>, ids: &[String]) -> usize {
     active
 }
 
-async fn median<F, Fut>(mut f: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    f().await; // warm-up
-    let mut times = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
+/// One B1 query: `(label, run once on this database)`.
+type Probe = fn(
+    Arc<dyn Repository>,
+    Vec<String>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
+fn probes() -> [(&'static str, Probe); 3] {
+    [
+        ("pending_actions_for_sessions(100)", |repo, ids| {
+            Box::pin(async move {
+                let p = repo.pending_actions_for_sessions(&ids).await.unwrap();
+                assert_eq!(p.len(), SESSIONS);
+            })
+        }),
+        ("active_bundles(1)", |repo, ids| {
+            Box::pin(async move {
+                assert_eq!(repo.active_bundles(&ids[0]).await.unwrap().len(), 1);
+            })
+        }),
+        ("naive full-history scan (100)", |repo, ids| {
+            Box::pin(async move {
+                assert_eq!(naive(&repo, &ids).await, SESSIONS);
+            })
+        }),
+    ]
+}
+
+/// Medians of `probe` on the small and the large database, sampled alternately so that drift
+/// on a noisy machine (another build, frequency changes) hits both sides alike.
+async fn interleaved(
+    probe: Probe,
+    small: &(Arc<dyn Repository>, Vec<String>),
+    large: &(Arc<dyn Repository>, Vec<String>),
+    samples: usize,
+) -> (Duration, Duration) {
+    let run = |db: &(Arc<dyn Repository>, Vec<String>)| probe(db.0.clone(), db.1.clone());
+    run(small).await; // warm-up
+    run(large).await;
+    let (mut a, mut b) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
+    for _ in 0..samples {
         let start = Instant::now();
-        f().await;
-        times.push(start.elapsed());
+        run(small).await;
+        a.push(start.elapsed());
+        let start = Instant::now();
+        run(large).await;
+        b.push(start.elapsed());
     }
-    times.sort();
-    times[SAMPLES / 2]
-}
-
-struct Row {
-    batch: Duration,
-    scalar: Duration,
-    naive: Duration,
-}
-
-async fn measure(url: &str, name: &str, turns: usize) -> Row {
-    let repo = fresh(url, name).await;
-    let ids = populate(&repo, turns).await;
-    let batch = median(|| {
-        let (repo, ids) = (repo.clone(), ids.clone());
-        async move {
-            let p = repo.pending_actions_for_sessions(&ids).await.unwrap();
-            assert_eq!(p.len(), SESSIONS);
-        }
-    })
-    .await;
-    let scalar = median(|| {
-        let (repo, id) = (repo.clone(), ids[0].clone());
-        async move {
-            assert_eq!(repo.active_bundles(&id).await.unwrap().len(), 1);
-        }
-    })
-    .await;
-    let naive = median(|| {
-        let (repo, ids) = (repo.clone(), ids.clone());
-        async move {
-            assert_eq!(naive(&repo, &ids).await, SESSIONS);
-        }
-    })
-    .await;
-    Row {
-        batch,
-        scalar,
-        naive,
-    }
+    a.sort();
+    b.sort();
+    (a[samples / 2], b[samples / 2])
 }
 
 fn ms(d: Duration) -> String {
@@ -194,47 +191,67 @@ fn ms(d: Duration) -> String {
 #[tokio::main]
 async fn main() {
     // `cargo bench` passes `--bench`; under `cargo test --all-targets` this is a no-op.
-    if !std::env::args().any(|a| a == "--bench") {
+    let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--bench") {
         println!("B1 benchmark skipped: run it with `cargo bench --bench authority`");
         return;
     }
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = args.iter().any(|a| a == "--quick");
+    let json_out = args
+        .iter()
+        .position(|a| a == "--json")
+        .and_then(|i| args.get(i + 1).cloned());
     let history = if quick { 100 } else { 1000 };
-    let mut backends = vec![("SQLite".to_string(), "sqlite".to_string())];
+    let samples = if quick { 51 } else { 201 };
+    let mut backends = vec![("sqlite".to_string(), "sqlite".to_string())];
     if let Ok(url) = std::env::var("TEST_POSTGRES_URL")
         && !url.is_empty()
     {
-        backends.push(("PostgreSQL".to_string(), url));
+        backends.push(("postgres".to_string(), url));
     }
     println!(
-        "B1: {SESSIONS} sessions, 1 vs {history} turns each (every old turn holds a stale pending bundle); median of {SAMPLES}"
+        "B1: {SESSIONS} sessions, 1 vs {history} turns each (every old turn holds a stale pending bundle); medians of {samples} alternating samples"
     );
     println!("| database | query | 1 turn | {history} turns | ratio | target |");
     println!("|---|---|---|---|---|---|");
+    let mut results = serde_json::Map::new();
     for (name, url) in backends {
-        let small = measure(&url, "small", 1).await;
-        let large = measure(&url, "large", history).await;
-        for (query, a, b, target) in [
-            (
-                "pending_actions_for_sessions(100)",
-                small.batch,
-                large.batch,
-                "≤ 1.3",
-            ),
-            ("active_bundles(1)", small.scalar, large.scalar, "≤ 1.3"),
-            (
-                "naive full-history scan (100)",
-                small.naive,
-                large.naive,
-                "grows ~linearly",
-            ),
-        ] {
+        let small = {
+            let repo = fresh(&url, "small").await;
+            let ids = populate(&repo, 1).await;
+            (repo, ids)
+        };
+        let large = {
+            let repo = fresh(&url, "large").await;
+            let ids = populate(&repo, history).await;
+            (repo, ids)
+        };
+        let mut rows = serde_json::Map::new();
+        for (query, probe) in probes() {
+            let (a, b) = interleaved(probe, &small, &large, samples).await;
             let ratio = b.as_secs_f64() / a.as_secs_f64();
+            let naive = query.starts_with("naive");
+            let target = if naive { "grows ~linearly" } else { "≤ 1.3" };
             println!(
                 "| {name} | {query} | {} | {} | {ratio:.2} | {target} |",
                 ms(a),
                 ms(b)
             );
+            rows.insert(
+                query.to_string(),
+                serde_json::json!({
+                    "one_turn_ms": a.as_secs_f64() * 1e3,
+                    "history_ms": b.as_secs_f64() * 1e3,
+                    "history_turns": history,
+                    "ratio": ratio,
+                    "target_ratio": if naive { None } else { Some(1.3) },
+                    "pass": naive || ratio <= 1.3,
+                }),
+            );
         }
+        results.insert(name, serde_json::Value::Object(rows));
+    }
+    if let Some(path) = json_out {
+        std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).unwrap();
     }
 }

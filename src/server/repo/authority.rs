@@ -31,12 +31,20 @@ pub fn current_turn_of(session: &str) -> String {
 /// in its session's current turn, and the session is not terminal. The status column is NOT
 /// NULL (default 'pending'), so "missing status" cannot occur in this schema.
 pub fn bundle_is_active(b: &str) -> String {
+    bundle_is_active_in(b, &format!("{b}.session_id"))
+}
+
+/// [`bundle_is_active`] for bundles already known to belong to the session `session` (an SQL
+/// expression that does not depend on the bundle row, e.g. `$1`): the current turn is then
+/// computed once per statement instead of once per bundle row, so a session's history of
+/// stale bundles is never read (B1; PostgreSQL evaluated the correlated form per row).
+pub fn bundle_is_active_in(b: &str, session: &str) -> String {
     format!(
         "({b}.status = 'pending' \
           AND {b}.turn_id = {current} \
-          AND EXISTS (SELECT 1 FROM sessions bs WHERE bs.id = {b}.session_id \
+          AND EXISTS (SELECT 1 FROM sessions bs WHERE bs.id = {session} \
                       AND bs.state NOT IN {TERMINAL_STATES}))",
-        current = current_turn_of(&format!("{b}.session_id"))
+        current = current_turn_of(session)
     )
 }
 
@@ -114,7 +122,7 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
             "SELECT {BUNDLE_COLUMNS} FROM clarification_bundles b \
              WHERE b.session_id = $1 AND {} \
              ORDER BY b.created_at, b.pending_id",
-            bundle_is_active("b")
+            bundle_is_active_in("b", "$1")
         ),
         bundle_with_activity: format!(
             "SELECT {BUNDLE_COLUMNS}, {} AS active FROM clarification_bundles b WHERE b.pending_id = $1",

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The benchmark harness (issue 11, shared targets in docs/performance.md): release builds, on
+# SQLite and on a private PostgreSQL, each figure beside its same-run baseline and target.
+# Writes target/bench/results.json ({"B1": {"sqlite": {...}, "postgres": {...}}, "B7": {...}}).
+#
+#   scripts/bench.sh           # full: B1 with 1,000 turns per session
+#   scripts/bench.sh --quick   # B1 with 100 turns; what CI runs, as a report (never gating)
+#
+# Built so far: B1 and B7. B2–B6 are not in the harness yet (see docs/performance.md).
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$ROOT/scripts/postgres.sh"
+
+quick=()
+[ "${1:-}" = "--quick" ] && quick=(--quick)
+"$ROOT/scripts/setup.sh" --test
+cd "$ROOT"
+out="$ROOT/target/bench"
+mkdir -p "$out"
+
+trap pg_stop EXIT
+if [ -z "${TEST_POSTGRES_URL:-}" ]; then
+  if pg_start; then
+    log "PostgreSQL bench cluster at $TEST_POSTGRES_URL"
+  else
+    echo "PostgreSQL rows skipped: $PG_SKIP_REASON"
+    export TEST_POSTGRES_URL=""
+  fi
+fi
+
+log "B1: the authority's cost with history (release build)"
+cargo bench --bench authority -- "${quick[@]}" --json "$out/B1.json"
+
+log "B7: the browser bundle (release wasm, wasm-opt -Oz, gzip -9)"
+cargo build --lib --target wasm32-unknown-unknown --no-default-features --features hydrate \
+  --target-dir target/front --profile wasm-release
+wasm-bindgen --target web --no-typescript --out-dir "$out/pkg" --out-name "$APP_NAME" \
+  "target/front/wasm32-unknown-unknown/wasm-release/$APP_NAME.wasm"
+wasm="$out/pkg/${APP_NAME}_bg.wasm"
+end2end/node_modules/.bin/wasm-opt -Oz "$wasm" -o "$wasm"
+raw=$(wc -c <"$wasm")
+gz=$(gzip -9 -c "$wasm" | wc -c)
+printf '{"wasm_bytes": %d, "gzip_bytes": %d, "target_gzip_bytes": 409600, "pass": %s}\n' \
+  "$raw" "$gz" "$([ "$gz" -le 409600 ] && echo true || echo false)" >"$out/B7.json"
+echo "| B7 | release wasm | $((raw / 1024)) KB | gzip $((gz / 1024)) KB | target ≤ 400 KB |"
+
+python3 - "$out" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+results = {b: json.loads((out / f"{b}.json").read_text()) for b in ("B1", "B7")}
+(out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+print(f"wrote {out / 'results.json'}")
+PY

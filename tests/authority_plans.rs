@@ -1,0 +1,203 @@
+//! B1 (issue 11): the authority's queries must cost the same with 1 or 1,000 historical turns.
+//! Times are the benchmark's business (`scripts/bench.sh`); these tests pin the cause: on
+//! SQLite every table the authority reads is searched through an index (never scanned, never
+//! sorted per row), and on PostgreSQL the rows the executor actually reads, measured with
+//! `EXPLAIN ANALYZE`, do not grow with the session's history.
+
+mod support;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use sqlx::{Connection, Row};
+use turnstile::model::{MessageAuthor, MessageKind, SessionState};
+use turnstile::server::repo::authority::SQL;
+use turnstile::server::repo::{
+    self, Backend, NewBundle, NewMessage, NewSession, NewTask, NewTurn, Repository,
+};
+
+/// A session with `turns` turns, each holding a message and a (stale, but for the last)
+/// pending bundle: the shape of B1.
+async fn session_with_history(repo: &Arc<dyn Repository>, turns: usize) -> String {
+    let task = repo
+        .create_task(
+            &NewTask {
+                title: "history".into(),
+                ..Default::default()
+            },
+            0,
+        )
+        .await
+        .unwrap()
+        .id;
+    let session = repo
+        .create_session(
+            &NewSession {
+                task_id: task,
+                agent_profile_id: None,
+                name: "s".into(),
+                state: SessionState::WaitingForInput,
+                is_primary: true,
+                mcp_token_hash: None,
+            },
+            0,
+        )
+        .await
+        .unwrap()
+        .id;
+    for t in 0..turns {
+        let at = 1_000 + t as i64;
+        let turn = repo
+            .insert_turn(&NewTurn {
+                id: None,
+                session_id: session.clone(),
+                started_at: at,
+                created_at: at,
+            })
+            .await
+            .unwrap()
+            .id;
+        repo.insert_message(
+            &NewMessage {
+                session_id: session.clone(),
+                turn_id: turn.clone(),
+                author: MessageAuthor::Agent,
+                kind: MessageKind::Text,
+                content: "m".into(),
+                pending_id: None,
+            },
+            at,
+        )
+        .await
+        .unwrap();
+        repo.insert_bundle(
+            &NewBundle {
+                pending_id: None,
+                session_id: session.clone(),
+                turn_id: turn,
+                context: None,
+                dedup_key: format!("k{t}"),
+                questions: vec![],
+                message_content: "?".into(),
+            },
+            at,
+        )
+        .await
+        .unwrap();
+    }
+    session
+}
+
+/// The single-session statements, bound to a session id; the batch one to a JSON array.
+fn statements(backend: Backend) -> Vec<(&'static str, String, bool)> {
+    vec![
+        ("current_turn_id", SQL.current_turn_id.clone(), false),
+        ("active_bundles", SQL.active_bundles.clone(), false),
+        (
+            "pending_actions",
+            SQL.pending_actions(backend).to_string(),
+            true,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn b1_sqlite_authority_plans_search_indexes_and_never_scan_history() {
+    let url = support::sqlite_url();
+    let repo = repo::connect(&url).await.unwrap();
+    let session = session_with_history(&repo, 50).await;
+    // No ANALYZE: the server never runs it, so the planner works from the schema alone.
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    for (name, sql, batch) in statements(Backend::Sqlite) {
+        let arg = if batch {
+            serde_json::json!([session]).to_string()
+        } else {
+            session.clone()
+        };
+        let plan: Vec<(i64, i64, String)> = sqlx::query_as::<_, (i64, i64, i64, String)>(
+            sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")),
+        )
+        .bind(&arg)
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(id, parent, _, detail)| (id, parent, detail))
+        .collect();
+        let text: Vec<&str> = plan.iter().map(|(_, _, d)| d.as_str()).collect();
+        for (_, parent, detail) in &plan {
+            assert!(
+                !detail.starts_with("SCAN")
+                    || detail.contains("json_each")
+                    || detail == "SCAN CONSTANT ROW",
+                "{name}: a table is scanned: {detail}\n{text:#?}"
+            );
+            assert!(
+                !(detail.contains("TEMP B-TREE") && *parent != 0),
+                "{name}: a subquery sorts its rows (the index order is not used): {detail}\n{text:#?}"
+            );
+        }
+    }
+}
+
+/// Rows the executor read from history tables, from an `EXPLAIN (ANALYZE, FORMAT JSON)` plan.
+fn history_rows_read(node: &Value) -> f64 {
+    let own = match node["Relation Name"].as_str() {
+        Some("turns" | "clarification_bundles" | "messages" | "permission_requests") => {
+            node["Actual Rows"].as_f64().unwrap_or(0.0)
+                * node["Actual Loops"].as_f64().unwrap_or(1.0)
+                + node["Rows Removed by Filter"].as_f64().unwrap_or(0.0)
+                    * node["Actual Loops"].as_f64().unwrap_or(1.0)
+        }
+        _ => 0.0,
+    };
+    own + node["Plans"]
+        .as_array()
+        .map(|plans| plans.iter().map(history_rows_read).sum())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn b1_postgres_authority_reads_the_same_rows_with_1_or_300_turns() {
+    let Some(url) = support::postgres_url().await else {
+        return;
+    };
+    let repo = repo::connect(&url).await.unwrap();
+    let short = session_with_history(&repo, 1).await;
+    let long = session_with_history(&repo, 300).await;
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("ANALYZE").execute(&mut conn).await.unwrap();
+    for (name, sql, batch) in statements(Backend::Postgres) {
+        let mut read = Vec::new();
+        for session in [&short, &long] {
+            let arg = if batch {
+                serde_json::json!([session]).to_string()
+            } else {
+                session.to_string()
+            };
+            let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "EXPLAIN (ANALYZE, FORMAT JSON) {sql}"
+            )))
+            .bind(&arg)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+            // The plan is a `json` column (text on the wire); sqlx is built without JSON types.
+            let plan: Value =
+                serde_json::from_str(&row.try_get_unchecked::<String, _>(0).unwrap()).unwrap();
+            read.push(history_rows_read(&plan[0]["Plan"]));
+        }
+        eprintln!(
+            "{name}: {} history rows read with 1 turn, {} with 300",
+            read[0], read[1]
+        );
+        assert!(
+            read[1] <= read[0] + 4.0,
+            "{name}: {} history rows read with 1 turn, {} with 300",
+            read[0],
+            read[1]
+        );
+    }
+    drop(conn);
+    support::drop_postgres(&url).await;
+}
