@@ -69,6 +69,14 @@ async fn crash_story(url: String, at: CrashAt) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
     let (task, session, pending_id) = detached_question(&api).await;
+    // The turn's completion is in the database before its worker is done with it: the worker
+    // may still look for owed resumes. Only once it is idle is what we write below "owed at
+    // the crash" (otherwise it could hand the resume to the old agent first: `Dispatched`).
+    let state = server.state.clone();
+    support::until("the worker to be idle", async || {
+        turnstile::server::orchestrator::worker::idle_mark(&state, &session).is_some()
+    })
+    .await;
     let repo = server.state.repo.clone();
     let now = server.state.clock.now();
     let response = json!({ "pending_id": pending_id, "answers": [{ "question_id": "db", "selected_options": ["sqlite"], "custom_text": null }], "rejected": false, "reject_reason": null, "responded_at": "2026-01-01T00:00:00.000000Z" });
@@ -187,7 +195,7 @@ async fn crash_story(url: String, at: CrashAt) {
             if matches!(at, CrashAt::Owed) {
                 // L18: the start-up launch delivers what is owed, once.
                 api.wait_turns_done(&session, 2).await;
-                assert_eq!(resumes().await, 1, "I4");
+                assert_eq!(resumes().await, 1, "I4: {:?}", api.messages(&session).await);
             } else {
                 // Handed over before the crash: never delivered a second time.
                 assert_eq!(resumes().await, 0, "I4");
