@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The benchmark harness (issue 11, shared targets in docs/performance.md): release builds, on
 # SQLite and on a private PostgreSQL, each figure beside its same-run baseline and target.
-# Writes target/bench/results.json ({"B1": {"sqlite": {...}, "postgres": {...}}, "B7": {...}}).
+# Writes target/bench/results.json ({"B1": {"sqlite": {...}, "postgres": {...}}, "B2": …}).
 #
-#   scripts/bench.sh           # full: B1 with 1,000 turns per session
-#   scripts/bench.sh --quick   # B1 with 100 turns; what CI runs, as a report (never gating)
+#   scripts/bench.sh           # full: B1 with 1,000 turns per session, B2/B5 with 10,000 tasks
+#   scripts/bench.sh --quick   # 100 turns, 2,000 tasks; what CI runs, as a report (never gating)
 #
-# Built so far: B1 and B7. B2–B6 are not in the harness yet (see docs/performance.md).
+# Built so far: B1, B2, B5 and B7. B3, B4 and B6 are not in the harness yet
+# (see docs/performance.md).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$ROOT/scripts/postgres.sh"
 
@@ -30,6 +31,9 @@ fi
 log "B1: the authority's cost with history (release build)"
 cargo bench --bench authority -- "${quick[@]}" --json "$out/B1.json"
 
+log "B2, B5: the task list and start-up at scale (release build)"
+cargo bench --bench scale -- "${quick[@]}" --json "$out/scale.json"
+
 log "B7: the browser bundle (release wasm, wasm-opt -Oz, gzip -9)"
 cargo build --lib --target wasm32-unknown-unknown --no-default-features --features hydrate \
   --target-dir target/front --profile wasm-release
@@ -47,6 +51,8 @@ python3 - "$out" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 results = {b: json.loads((out / f"{b}.json").read_text()) for b in ("B1", "B7")}
+results.update(json.loads((out / "scale.json").read_text()))
+results = dict(sorted(results.items()))
 (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
 print(f"wrote {out / 'results.json'}")
 PY

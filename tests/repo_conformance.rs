@@ -177,6 +177,8 @@ both!(
     p9_epoch_strictly_increases,
     bad_input_is_rejected_and_writes_nothing,
     seed_is_idempotent,
+    b5_recovery_lists_only_sessions_with_work,
+    p6_batch_cas_writes_each_row_only_at_its_revision,
 );
 
 async fn l1_equal_started_at_falls_back_to_created_at_then_id(repo: Arc<dyn Repository>) {
@@ -819,4 +821,108 @@ fn migrations_are_the_same_on_both_databases() {
         sqlite, postgres,
         "migrations/sqlite and migrations/postgres must list the same files"
     );
+}
+
+/// B5 / L9: start-up recovery visits the sessions that were busy or still hold an open turn or
+/// an undetached question — never an idle one (a boot with 10,000 idle sessions wrote to each).
+async fn b5_recovery_lists_only_sessions_with_work(repo: Arc<dyn Repository>) {
+    let w = World::new(repo).await;
+    let idle = w.session(SessionState::WaitingForInput).await;
+    let done = w.turn(&idle, T0).await;
+    assert!(w.repo.complete_turn(&done, T0 + 1).await.unwrap());
+    let running = w.session(SessionState::Running).await;
+    let open_turn = w.session(SessionState::WaitingForInput).await;
+    w.turn(&open_turn, T0).await;
+    let asking = w.session(SessionState::WaitingForInput).await;
+    let t = w.turn(&asking, T0).await;
+    w.ask(&asking, &t, T0 + 1).await;
+    assert!(w.repo.complete_turn(&t, T0 + 2).await.unwrap());
+    let detached = w.session(SessionState::WaitingForInput).await;
+    let t = w.turn(&detached, T0).await;
+    let p = w.ask(&detached, &t, T0 + 1).await;
+    assert!(w.repo.detach_bundle(&p).await.unwrap());
+    assert!(w.repo.complete_turn(&t, T0 + 2).await.unwrap());
+    let ended = w.session(SessionState::Failed).await;
+    w.turn(&ended, T0).await;
+    let mut listed: Vec<String> = w
+        .repo
+        .sessions_to_recover()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    listed.sort();
+    let mut expected = vec![running, open_turn, asking];
+    expected.sort();
+    assert_eq!(
+        listed, expected,
+        "idle, detached-only and ended sessions need nothing"
+    );
+}
+
+/// P6 for the batch used by reconciliation (B5): each write is its own compare-and-set inside
+/// one transaction — a missing row is created, a row at the expected revision is replaced, a
+/// row someone else moved on is left alone and reported (`None`) for a retry.
+async fn p6_batch_cas_writes_each_row_only_at_its_revision(repo: Arc<dyn Repository>) {
+    let w = World::new(repo).await;
+    let mut tasks = Vec::new();
+    for n in 0..3 {
+        let t = w
+            .repo
+            .create_task(
+                &NewTask {
+                    title: format!("t{n}"),
+                    ..Default::default()
+                },
+                T0,
+            )
+            .await
+            .unwrap()
+            .id;
+        tasks.push(t);
+    }
+    let asking = SummaryBody {
+        pending_action: Some(PendingAction::Clarification),
+        ..Default::default()
+    };
+    let clean = SummaryBody::default();
+    for t in &tasks[1..] {
+        w.repo.cas_summary(t, None, &asking, T0).await.unwrap();
+    }
+    // Task 2's row moved on (revision 2) after we read revision 1.
+    w.repo
+        .cas_summary(&tasks[2], Some(1), &clean, T0 + 1)
+        .await
+        .unwrap();
+    let writes: Vec<SummaryWrite> = vec![
+        SummaryWrite {
+            task_id: tasks[0].clone(),
+            expected: None,
+            body: asking.clone(),
+        },
+        SummaryWrite {
+            task_id: tasks[1].clone(),
+            expected: Some(1),
+            body: clean.clone(),
+        },
+        SummaryWrite {
+            task_id: tasks[2].clone(),
+            expected: Some(1),
+            body: asking.clone(),
+        },
+    ];
+    assert_eq!(
+        w.repo.cas_summaries(&writes, T0 + 2).await.unwrap(),
+        vec![Some(1), Some(2), None]
+    );
+    let stored = w.repo.get_summaries(&tasks).await.unwrap();
+    assert_eq!(stored[&tasks[0]].body, asking);
+    assert_eq!(stored[&tasks[1]].body, clean);
+    assert_eq!(
+        (stored[&tasks[2]].revision, &stored[&tasks[2]].body),
+        (2, &clean),
+        "the lost write changed nothing"
+    );
+    assert!(w.repo.cas_summaries(&[], T0).await.unwrap().is_empty());
 }

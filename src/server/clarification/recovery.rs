@@ -76,10 +76,7 @@ pub async fn recover_sessions(
 ) -> RepoResult<Vec<CompletedTurn>> {
     use SessionState::*;
     let mut completed = Vec::new();
-    for s in repo
-        .sessions_in_states(&[Starting, Running, WaitingForInput])
-        .await?
-    {
+    for s in repo.sessions_to_recover().await? {
         for turn in repo.complete_open_turns(&s.id, now).await? {
             repo.detach_turn(&turn).await?;
             completed.push(CompletedTurn {

@@ -304,8 +304,11 @@ pub trait Repository: Send + Sync + 'static {
     async fn get_session_by_token_hash(&self, hash: &str) -> RepoResult<Option<SessionRecord>>;
     async fn set_acp_session_id(&self, id: &str, acp_session_id: &str) -> RepoResult<bool>;
     async fn set_mcp_token_hash(&self, id: &str, hash: &str) -> RepoResult<bool>;
-    /// Sessions in any of `states`, oldest first (start-up recovery).
-    async fn sessions_in_states(&self, states: &[SessionState]) -> RepoResult<Vec<SessionRecord>>;
+    /// Start-up recovery's work list, oldest first: sessions that were starting or running,
+    /// and waiting sessions with an open turn (owed resumes aside) or an undetached pending
+    /// bundle. An idle session needs nothing, so a boot with 10,000 idle sessions reads one
+    /// list instead of writing to each (B5).
+    async fn sessions_to_recover(&self) -> RepoResult<Vec<SessionRecord>>;
     /// Completes every open turn of the session except owed resumes; returns their ids.
     async fn complete_open_turns(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>>;
 
@@ -388,6 +391,14 @@ pub trait Repository: Send + Sync + 'static {
         body: &SummaryBody,
         at: Micros,
     ) -> RepoResult<CasOutcome>;
+    /// Many [`Repository::cas_summary`] writes in one transaction (one sync instead of one
+    /// per task: boot and list reconciliation, B5). Per write: the new revision, or `None`
+    /// when it lost or had nothing to change — the caller retries that one alone.
+    async fn cas_summaries(
+        &self,
+        writes: &[SummaryWrite],
+        at: Micros,
+    ) -> RepoResult<Vec<Option<i64>>>;
 
     /// P6: marks the stored summary stale so readers fall back to the authoritative value.
     async fn invalidate_summary(&self, task_id: &str, at: Micros) -> RepoResult<bool>;

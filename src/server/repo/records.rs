@@ -316,6 +316,15 @@ impl PermissionRecord {
     }
 }
 
+/// One compare-and-set of a batch ([`super::Repository::cas_summaries`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SummaryWrite {
+    pub task_id: String,
+    /// The revision read; `None` creates the row only if absent.
+    pub expected: Option<i64>,
+    pub body: SummaryBody,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredSummary {
     pub task_id: String,

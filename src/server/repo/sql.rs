@@ -23,6 +23,18 @@ pub(super) const TASK_PAGE_FILTER: &str = "($1 IS NULL OR lower(t.title) LIKE $1
     AND ($3 IS NULL OR t.updated_at < $3 OR (t.updated_at = $3 AND t.id < $4)) \
     ORDER BY t.updated_at DESC, t.id DESC LIMIT $5";
 
+/// P3/P6: a summary is created only if absent.
+pub(super) const CAS_SUMMARY_INSERT: &str = "INSERT INTO task_status_summaries \
+     (task_id, revision, summary, invalidated, updated_at, pending_action) \
+     VALUES ($1, 1, $2, FALSE, $3, $4) ON CONFLICT (task_id) DO NOTHING RETURNING revision";
+/// P6: a summary is replaced only at the revision read, and only when it changes (or was
+/// invalidated).
+pub(super) const CAS_SUMMARY_UPDATE: &str = "UPDATE task_status_summaries \
+     SET revision = revision + 1, summary = $3, invalidated = FALSE, updated_at = $4, \
+         pending_action = $5 \
+     WHERE task_id = $1 AND revision = $2 AND (summary <> $3 OR invalidated = TRUE) \
+     RETURNING revision";
+
 pub(super) const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, name, state, is_primary, \
     mcp_token_hash, acp_session_id, started_at, completed_at, created_at";
 
@@ -77,7 +89,7 @@ macro_rules! impl_repository {
         use crate::model::{BundleStatus, PendingAction, SessionState, SummaryBody};
         use crate::server::repo::authority::{self, BUNDLE_COLUMNS, SQL};
         use crate::server::repo::sql::{
-            MESSAGE_COLUMNS, SESSION_COLUMNS, TASK_PAGE_FILTER, TASK_SELECT, TURN_COLUMNS, json, questions_from_rows, stmt,
+            CAS_SUMMARY_INSERT, CAS_SUMMARY_UPDATE, MESSAGE_COLUMNS, SESSION_COLUMNS, TASK_PAGE_FILTER, TASK_SELECT, TURN_COLUMNS, json, questions_from_rows, stmt,
         };
         use crate::server::repo::*;
         use crate::server::time::Micros;
@@ -528,13 +540,17 @@ macro_rules! impl_repository {
                 Ok(done.rows_affected() > 0)
             }
 
-            async fn sessions_in_states(&self, states: &[SessionState]) -> RepoResult<Vec<SessionRecord>> {
-                let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+            async fn sessions_to_recover(&self) -> RepoResult<Vec<SessionRecord>> {
                 Ok(sqlx::query_as::<$db, SessionRecord>(stmt!(
-                    "SELECT {SESSION_COLUMNS} FROM sessions WHERE state IN ({}) ORDER BY created_at, id",
-                    authority::ids_from_json(<$repo>::BACKEND)
+                    "SELECT {SESSION_COLUMNS} FROM sessions s \
+                     WHERE s.state IN ('starting', 'running') \
+                        OR (s.state = 'waiting_for_input' \
+                            AND (EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id \
+                                         AND t.completed_at IS NULL AND t.reservation <> 'attempted') \
+                                 OR EXISTS (SELECT 1 FROM clarification_bundles b WHERE b.session_id = s.id \
+                                            AND b.status = 'pending' AND b.detached = FALSE))) \
+                     ORDER BY s.created_at, s.id"
                 ))
-                .bind(json(&names))
                 .fetch_all(&self.pool)
                 .await?)
             }
@@ -797,30 +813,21 @@ macro_rules! impl_repository {
                 let text = json(body);
                 let pending = body.pending_action.map(|p| p.as_str());
                 let written = match expected {
-                    None => sqlx::query_scalar::<$db, i64>(
-                        "INSERT INTO task_status_summaries (task_id, revision, summary, invalidated, updated_at, pending_action) \
-                         VALUES ($1, 1, $2, FALSE, $3, $4) ON CONFLICT (task_id) DO NOTHING RETURNING revision",
-                    )
-                    .bind(task_id)
-                    .bind(&text)
-                    .bind(at)
-                    .bind(pending)
-                    .fetch_optional(&self.pool)
-                    .await?,
-                    Some(rev) => sqlx::query_scalar::<$db, i64>(
-                        "UPDATE task_status_summaries \
-                         SET revision = revision + 1, summary = $3, invalidated = FALSE, updated_at = $4, \
-                             pending_action = $5 \
-                         WHERE task_id = $1 AND revision = $2 AND (summary <> $3 OR invalidated = TRUE) \
-                         RETURNING revision",
-                    )
-                    .bind(task_id)
-                    .bind(rev)
-                    .bind(&text)
-                    .bind(at)
-                    .bind(pending)
-                    .fetch_optional(&self.pool)
-                    .await?,
+                    None => sqlx::query_scalar::<$db, i64>(CAS_SUMMARY_INSERT)
+                        .bind(task_id)
+                        .bind(&text)
+                        .bind(at)
+                        .bind(pending)
+                        .fetch_optional(&self.pool)
+                        .await?,
+                    Some(rev) => sqlx::query_scalar::<$db, i64>(CAS_SUMMARY_UPDATE)
+                        .bind(task_id)
+                        .bind(rev)
+                        .bind(&text)
+                        .bind(at)
+                        .bind(pending)
+                        .fetch_optional(&self.pool)
+                        .await?,
                 };
                 if let Some(revision) = written {
                     return Ok(CasOutcome::Written { revision });
@@ -832,6 +839,37 @@ macro_rules! impl_repository {
                     }
                     current => CasOutcome::Conflict { current },
                 })
+            }
+
+            async fn cas_summaries(&self, writes: &[SummaryWrite], at: Micros) -> RepoResult<Vec<Option<i64>>> {
+                let mut out = Vec::with_capacity(writes.len());
+                if writes.is_empty() {
+                    return Ok(out);
+                }
+                let mut tx = self.write_tx().await?;
+                for w in writes {
+                    let text = json(&w.body);
+                    let pending = w.body.pending_action.map(|p| p.as_str());
+                    out.push(match w.expected {
+                        None => sqlx::query_scalar::<$db, i64>(CAS_SUMMARY_INSERT)
+                            .bind(&w.task_id)
+                            .bind(&text)
+                            .bind(at)
+                            .bind(pending)
+                            .fetch_optional(&mut *tx)
+                            .await?,
+                        Some(rev) => sqlx::query_scalar::<$db, i64>(CAS_SUMMARY_UPDATE)
+                            .bind(&w.task_id)
+                            .bind(rev)
+                            .bind(&text)
+                            .bind(at)
+                            .bind(pending)
+                            .fetch_optional(&mut *tx)
+                            .await?,
+                    });
+                }
+                tx.commit().await?;
+                Ok(out)
             }
 
             async fn invalidate_summary(&self, task_id: &str, at: Micros) -> RepoResult<bool> {

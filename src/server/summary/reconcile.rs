@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use super::loader::{self, Projection};
-use super::projector::{RefreshError, Scope, refresh_task};
-use crate::server::repo::{RepoResult, StoredSummary};
+use super::projector::{RefreshError, Scope, refresh_task, summary_event};
+use crate::server::repo::{RepoResult, StoredSummary, SummaryWrite};
 use crate::server::state::AppState;
 
 /// The outcome for one task.
@@ -18,7 +18,13 @@ pub enum Reconciled {
     Failed(RefreshError),
 }
 
+/// Stale summaries written in one transaction at a time (B5: one sync per chunk, not per task;
+/// small enough that other writers wait only briefly).
+const BATCH: usize = 500;
+
 /// Reconciles the given tasks; returns the authoritative projections and each task's summary.
+/// Stale and missing summaries are written in batches of compare-and-sets; one that loses goes
+/// through the projector's own retry loop (P6).
 pub async fn reconcile(
     state: &AppState,
     task_ids: &[String],
@@ -26,16 +32,72 @@ pub async fn reconcile(
     let projections = loader::load_many(state.repo.as_ref(), task_ids).await?;
     let mut stored = state.repo.get_summaries(task_ids).await?;
     let mut out = HashMap::with_capacity(task_ids.len());
+    let mut writes = Vec::new();
     for id in task_ids {
         let projection = projections.get(id).cloned().unwrap_or_default();
-        let outcome = match stored.remove(id) {
+        match stored.remove(id) {
             Some(s) if s.body.pending_action == projection.pending_action && !s.invalidated => {
-                Reconciled::Fresh(s)
+                out.insert(id.clone(), Reconciled::Fresh(s));
             }
-            Some(_) => refreshed(state, id, Scope::PendingOnly, projection.clone()).await,
-            None => refreshed(state, id, Scope::Full, projection.clone()).await,
+            Some(s) => writes.push((
+                Scope::PendingOnly,
+                SummaryWrite {
+                    task_id: id.clone(),
+                    expected: Some(s.revision),
+                    body: projection.apply_pending_only(s.body),
+                },
+            )),
+            None => {
+                let mut body = projection.apply(Default::default());
+                body.queued_prompt_count = state.runtime.counters.queued_for_task(id);
+                writes.push((
+                    Scope::Full,
+                    SummaryWrite {
+                        task_id: id.clone(),
+                        expected: None,
+                        body,
+                    },
+                ));
+            }
+        }
+    }
+    for chunk in writes.chunks(BATCH) {
+        let batch: Vec<SummaryWrite> = chunk.iter().map(|(_, w)| w.clone()).collect();
+        // The tests' injection point between the read and the compare-and-set (P6).
+        for w in &batch {
+            state
+                .hooks
+                .run(crate::server::hooks::Point::BeforeSummaryCas, &w.task_id)
+                .await;
+        }
+        let now = state.clock.now();
+        let written = match state.repo.cas_summaries(&batch, now).await {
+            Ok(written) => written,
+            Err(e) => {
+                tracing::warn!(error = %e, "batch summary repair failed; repairing one by one");
+                vec![None; batch.len()]
+            }
         };
-        out.insert(id.clone(), outcome);
+        for ((scope, w), revision) in chunk.iter().zip(written) {
+            let outcome = match revision {
+                Some(revision) => {
+                    let summary = StoredSummary {
+                        task_id: w.task_id.clone(),
+                        revision,
+                        body: w.body.clone(),
+                        invalidated: false,
+                        updated_at: now,
+                    };
+                    state.hub.publish(summary_event(&summary));
+                    Reconciled::Fresh(summary)
+                }
+                None => {
+                    let projection = projections.get(&w.task_id).cloned().unwrap_or_default();
+                    refreshed(state, &w.task_id, *scope, projection).await
+                }
+            };
+            out.insert(w.task_id.clone(), outcome);
+        }
     }
     Ok((projections, out))
 }
