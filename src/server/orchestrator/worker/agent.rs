@@ -1,0 +1,163 @@
+//! The worker's agent process: launch (or `session/load`) within the slot limit, stop, and
+//! what a dead agent leaves behind.
+
+use super::{Agent, Worker, WorkerError, release};
+use crate::model::SessionState;
+use crate::server::agents;
+use crate::server::orchestrator::{publish, sessions};
+
+impl Worker {
+    pub(super) async fn ensure_agent(&mut self) -> Result<(), WorkerError> {
+        if self.agent.is_some() {
+            self.state.runtime.agents.busy(&self.session_id);
+            return Ok(());
+        }
+        let session = self
+            .state
+            .repo
+            .get_session(&self.session_id)
+            .await?
+            .ok_or_else(|| WorkerError::Agent("the session is gone".into()))?;
+        self.admit()?;
+        let r = sessions::set_state(&self.state, &self.session_id, SessionState::Starting).await;
+        self.log("cannot change the session state", r);
+        let launched = match sessions::launch_spec(&self.state, &session).await {
+            Ok((spec, token_hash)) => {
+                self.state
+                    .repo
+                    .set_mcp_token_hash(&self.session_id, &token_hash)
+                    .await?;
+                let timeout = self.state.runtime.config.agent_start_timeout;
+                tokio::select! {
+                    r = agents::launch(spec, timeout) => r.map(|(c, rx)| (c, rx, token_hash)),
+                    _ = self.stop.cancelled() => Err("the session is stopping".to_string()),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match launched {
+            Ok((connection, events, token_hash)) => {
+                let r = self
+                    .state
+                    .repo
+                    .set_acp_session_id(&self.session_id, connection.acp_session_id())
+                    .await;
+                self.log("cannot store the ACP session id", r);
+                self.agent = Some(Agent {
+                    connection,
+                    token_hash,
+                });
+                self.events = Some(events);
+                Ok(())
+            }
+            Err(reason) => {
+                self.state.runtime.agents.leave(&self.session_id);
+                if let Ok(Some(s)) = self.state.repo.get_session(&self.session_id).await
+                    && let Some(hash) = s.mcp_token_hash
+                {
+                    let r = self
+                        .state
+                        .repo
+                        .revoke_mcp_token(&self.session_id, &hash)
+                        .await;
+                    self.log("cannot revoke the MCP token", r);
+                }
+                Err(WorkerError::Agent(reason))
+            }
+        }
+    }
+
+    /// Takes (or keeps) a slot among the running agents; an idle agent elsewhere may be asked
+    /// to stop to make room (`--max-agents`).
+    pub(super) fn admit(&self) -> Result<(), WorkerError> {
+        if self.agent.is_some() {
+            return Ok(());
+        }
+        let victim = self
+            .state
+            .runtime
+            .agents
+            .admit(&self.session_id)
+            .map_err(WorkerError::Agent)?;
+        if let Some(victim) = victim {
+            release(&self.state, &victim);
+        }
+        Ok(())
+    }
+
+    /// Drops the agent: its process group is killed, its MCP token revoked, its slot freed and
+    /// its waiting permission requests cancelled (N6).
+    pub(super) async fn stop_agent(&mut self) {
+        self.events = None;
+        if let Some(agent) = self.agent.take() {
+            drop(agent.connection);
+            let r = self
+                .state
+                .repo
+                .revoke_mcp_token(&self.session_id, &agent.token_hash)
+                .await;
+            self.log("cannot revoke the MCP token", r);
+        }
+        self.state.runtime.agents.leave(&self.session_id);
+        self.cancel_permissions().await;
+        let r = self
+            .state
+            .repo
+            .cancel_permissions(Some(&self.session_id), self.state.clock.now())
+            .await;
+        match r {
+            Ok(cancelled) => {
+                for p in cancelled {
+                    publish::permission_resolved(&self.state, &p);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot cancel permission requests"),
+        }
+    }
+
+    /// The agent crashed or could not start: the reason is shown and the session fails (L11
+    /// expires its questions) — unless an answer is owed to it (L18): then the session waits
+    /// and the next launch delivers the answer.
+    pub(super) async fn fail(&mut self, reason: &str) {
+        tracing::warn!(session_id = %self.session_id, reason, "agent failed");
+        self.stop_agent().await;
+        let owed = self
+            .state
+            .repo
+            .owed_resumes(&self.session_id)
+            .await
+            .map(|o| !o.is_empty())
+            .unwrap_or(true);
+        let shown = if owed {
+            format!(
+                "{reason}\nYour answer is kept and will be sent when the agent starts again: send \
+                 a message or retry."
+            )
+        } else {
+            reason.to_string()
+        };
+        match self.open_turn.take() {
+            Some(turn_id) => {
+                self.system_error(&turn_id, shown.clone()).await;
+                self.complete_turn(&turn_id).await;
+            }
+            // Idle: the reason goes into the current turn, which stays as it is.
+            None => {
+                if let Ok(Some(turn_id)) = self.state.repo.current_turn_id(&self.session_id).await {
+                    self.system_error(&turn_id, shown.clone()).await;
+                }
+            }
+        }
+        self.queue.clear();
+        self.queue_changed().await;
+        let to = if owed {
+            SessionState::WaitingForInput
+        } else {
+            SessionState::Failed
+        };
+        // The state first: whoever sees the reason sees the session's final state.
+        let r = sessions::set_state(&self.state, &self.session_id, to).await;
+        self.log("cannot change the session state", r);
+        self.record_error(&shown).await;
+    }
+}

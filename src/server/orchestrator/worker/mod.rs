@@ -1,0 +1,374 @@
+//! One worker task per live session: it owns the agent connection, the prompt queue and the
+//! open turn, turns agent events into transcript rows, and delivers owed resumes (L17/L18).
+//! Commands and agent events are handled one at a time, so a turn's updates are written
+//! before its completion. Every channel is bounded; a full one is a clear error, not memory.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::stream::StreamMerge;
+use crate::model::AppError;
+use crate::server::agents::{AgentConnection, AgentEvent};
+use crate::server::repo::RepoError;
+use crate::server::state::AppState;
+
+mod agent;
+mod output;
+mod turns;
+
+/// Prompts a session may queue behind its open turn.
+pub const MAX_QUEUED_PROMPTS: usize = 32;
+/// Commands a worker may have waiting.
+const COMMAND_BUFFER: usize = 64;
+
+/// What `POST /sessions/{id}/prompt` reports.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PromptAccepted {
+    pub queued: bool,
+    /// The new turn when it started at once.
+    pub turn_id: Option<String>,
+    pub queue_position: Option<usize>,
+}
+
+pub enum Command {
+    Prompt {
+        content: String,
+        reply: oneshot::Sender<Result<PromptAccepted, AppError>>,
+    },
+    /// An owed resume may be waiting (after an answer, at start-up): deliver it when idle.
+    DeliverOwed,
+    /// Relaunch the agent if needed and deliver what is owed; replies whether a resume began.
+    Retry {
+        reply: oneshot::Sender<Result<bool, AppError>>,
+    },
+    Cancel,
+    /// Stop the agent if it is idle: another session needs its slot (`--max-agents`).
+    Release,
+}
+
+/// Why the worker could not do something.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    /// The agent could not be started or reached; the text is shown to the user.
+    #[error("{0}")]
+    Agent(String),
+}
+
+impl From<WorkerError> for AppError {
+    fn from(e: WorkerError) -> Self {
+        match e {
+            WorkerError::Repo(e) => e.into(),
+            WorkerError::Agent(reason) => AppError::Unavailable(reason),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct SessionHandle {
+    tx: mpsc::Sender<Command>,
+    stop: CancellationToken,
+    /// Commands sent and not yet handled, plus one while the worker handles anything.
+    busy: Arc<AtomicUsize>,
+    /// How many commands and agent events the worker has started to handle.
+    handled: Arc<AtomicU64>,
+}
+
+impl SessionHandle {
+    pub fn send(&self, command: Command) -> Result<(), AppError> {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        self.tx.try_send(command).map_err(|e| {
+            self.busy.fetch_sub(1, Ordering::SeqCst);
+            match e {
+                mpsc::error::TrySendError::Full(_) => {
+                    AppError::Unavailable("the session is busy; try again in a moment".into())
+                }
+                mpsc::error::TrySendError::Closed(_) => {
+                    AppError::Unavailable("the session worker has stopped".into())
+                }
+            }
+        })
+    }
+
+    fn is_alive(&self) -> bool {
+        !self.tx.is_closed() && !self.stop.is_cancelled()
+    }
+}
+
+/// A mark of an idle worker: equal marks taken before and after reading the database prove
+/// that the worker handled nothing in between (tests use it to find quiescent points; the
+/// agent itself only acts within an open turn, which the database shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleMark {
+    worker: usize,
+    handled: u64,
+}
+
+/// `Some` when the session's worker has nothing to do right now: no command waiting or being
+/// handled, no agent event being handled.
+pub fn idle_mark(state: &AppState, session_id: &str) -> Option<IdleMark> {
+    let workers = state.runtime.workers.lock().expect("workers lock");
+    let Some(h) = workers.get(session_id).filter(|h| h.is_alive()) else {
+        return Some(IdleMark {
+            worker: 0,
+            handled: 0,
+        });
+    };
+    (h.busy.load(Ordering::SeqCst) == 0).then(|| IdleMark {
+        worker: Arc::as_ptr(&h.handled) as usize,
+        handled: h.handled.load(Ordering::SeqCst),
+    })
+}
+
+/// Stops the worker of `session_id` (and with it the agent process), if one runs.
+pub fn stop(state: &AppState, session_id: &str) {
+    let handle = state
+        .runtime
+        .workers
+        .lock()
+        .expect("workers lock")
+        .remove(session_id);
+    if let Some(h) = handle {
+        h.stop.cancel();
+    }
+}
+
+/// Stops every worker and its agent (server shutdown).
+pub fn stop_all(state: &AppState) {
+    let handles: Vec<SessionHandle> = state
+        .runtime
+        .workers
+        .lock()
+        .expect("workers lock")
+        .drain()
+        .map(|(_, h)| h)
+        .collect();
+    for h in handles {
+        h.stop.cancel();
+    }
+}
+
+/// Asks the worker of `session_id`, if it runs, to stop its idle agent.
+fn release(state: &AppState, session_id: &str) {
+    let handle = state
+        .runtime
+        .workers
+        .lock()
+        .expect("workers lock")
+        .get(session_id)
+        .cloned();
+    if let Some(h) = handle {
+        let _ = h.send(Command::Release);
+    }
+}
+
+/// Asks the session's worker (started if needed) to deliver what it owes.
+pub fn deliver_owed(state: &AppState, session_id: &str, task_id: &str) {
+    if let Err(e) = handle(state, session_id, task_id).send(Command::DeliverOwed) {
+        tracing::warn!(session_id, error = %e, "cannot wake the worker for an owed resume; the next prompt delivers it");
+    }
+}
+
+/// The worker of `session_id`, started if needed.
+pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandle {
+    let mut workers = state.runtime.workers.lock().expect("workers lock");
+    if let Some(h) = workers.get(session_id).filter(|h| h.is_alive()) {
+        return h.clone();
+    }
+    let (tx, rx) = mpsc::channel(COMMAND_BUFFER);
+    let stop = state.shutdown.child_token();
+    let busy = Arc::new(AtomicUsize::new(0));
+    let handled = Arc::new(AtomicU64::new(0));
+    let worker = Worker {
+        busy: busy.clone(),
+        handled: handled.clone(),
+        state: state.clone(),
+        session_id: session_id.to_string(),
+        task_id: task_id.to_string(),
+        agent: None,
+        events: None,
+        stop: stop.clone(),
+        queue: VecDeque::new(),
+        permissions: Vec::new(),
+        open_turn: None,
+        stream: StreamMerge::default(),
+        flush_owed: false,
+    };
+    tokio::spawn(worker.run(rx));
+    let h = SessionHandle {
+        tx,
+        stop,
+        busy,
+        handled,
+    };
+    workers.insert(session_id.to_string(), h.clone());
+    h
+}
+
+/// The running agent and the MCP token hash it was given.
+struct Agent {
+    connection: AgentConnection,
+    token_hash: String,
+}
+
+struct Worker {
+    busy: Arc<AtomicUsize>,
+    handled: Arc<AtomicU64>,
+    state: AppState,
+    session_id: String,
+    task_id: String,
+    agent: Option<Agent>,
+    events: Option<mpsc::Receiver<AgentEvent>>,
+    stop: CancellationToken,
+    queue: VecDeque<String>,
+    /// Permission requests of the open turn that may still wait for the human.
+    permissions: Vec<String>,
+    open_turn: Option<String>,
+    stream: StreamMerge,
+    /// Whether `busy` counts an owed stream write.
+    flush_owed: bool,
+}
+
+async fn sleep_until_due(due: Option<Instant>) {
+    if let Some(due) = due {
+        tokio::time::sleep_until(due).await;
+    }
+}
+
+async fn next_event(events: &mut Option<mpsc::Receiver<AgentEvent>>) -> Option<AgentEvent> {
+    match events {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Worker {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        loop {
+            // Biased: a command sent before something the agent then does is handled first
+            // (an owed answer is signalled before the superseded ask is released, so the
+            // agent's reaction — even an exit — is seen after it).
+            let due = self.stream.due();
+            tokio::select! {
+                biased;
+                _ = self.stop.cancelled() => break,
+                _ = sleep_until_due(due), if due.is_some() => {
+                    self.handled.fetch_add(1, Ordering::SeqCst);
+                    self.flush_stream().await;
+                }
+                command = commands.recv() => match command {
+                    None => break,
+                    Some(c) => {
+                        self.handled.fetch_add(1, Ordering::SeqCst);
+                        self.flush_stream().await;
+                        self.on_command(c).await;
+                        self.count_owed_flush();
+                        self.busy.fetch_sub(1, Ordering::SeqCst);
+                    }
+                },
+                event = next_event(&mut self.events) => {
+                    self.busy.fetch_add(1, Ordering::SeqCst);
+                    self.handled.fetch_add(1, Ordering::SeqCst);
+                    // Streamed chunks wait in memory; anything else sees them written first.
+                    if !matches!(event, Some(AgentEvent::Text(_) | AgentEvent::Thought(_))) {
+                        self.flush_stream().await;
+                    }
+                    match event {
+                        Some(e) => self.on_event(e).await,
+                        // The agent's channel closed without `Exited`: treat it as an exit.
+                        None => self.on_event(AgentEvent::Exited("agent connection closed".into())).await,
+                    }
+                    self.count_owed_flush();
+                    self.busy.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        }
+        self.flush_stream().await;
+        self.stop_agent().await;
+        // Answer what is still queued so no caller waits forever.
+        commands.close();
+        while let Ok(command) = commands.try_recv() {
+            reply_stopped(command);
+        }
+    }
+
+    /// A streamed chunk waiting in memory is work: the worker counts as busy until it is
+    /// written (`idle_mark` must not see a quiescent point with a write still to come).
+    fn count_owed_flush(&mut self) {
+        let owes = self.stream.owes();
+        if owes != self.flush_owed {
+            if owes {
+                self.busy.fetch_add(1, Ordering::SeqCst);
+            } else {
+                self.busy.fetch_sub(1, Ordering::SeqCst);
+            }
+            self.flush_owed = owes;
+        }
+    }
+
+    fn log(&self, what: &str, result: Result<impl Sized, impl std::fmt::Display>) {
+        if let Err(e) = result {
+            tracing::warn!(session_id = %self.session_id, error = %e, "{what}");
+        }
+    }
+
+    async fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Prompt { content, reply } => {
+                let result = self.accept_prompt(content).await;
+                let _ = reply.send(result);
+            }
+            Command::DeliverOwed => {
+                if self.open_turn.is_none() {
+                    let r = self.deliver_owed().await;
+                    self.log("delivering an owed resume failed", r);
+                }
+            }
+            Command::Retry { reply } => {
+                let result = if self.open_turn.is_some() {
+                    Ok(false)
+                } else {
+                    self.deliver_owed().await.map_err(AppError::from)
+                };
+                let _ = reply.send(result);
+            }
+            Command::Cancel => {
+                if let (Some(agent), Some(_)) = (&self.agent, &self.open_turn) {
+                    agent.connection.cancel();
+                    // ACP: after session/cancel, pending permission requests answer Cancelled.
+                    self.cancel_permissions().await;
+                }
+            }
+            Command::Release => {
+                if self.open_turn.is_none() && self.agent.is_some() {
+                    tracing::info!(session_id = %self.session_id, "stopping an idle agent to make room");
+                    self.stop_agent().await;
+                } else if self.agent.is_some() {
+                    // Busy again since it was picked: it keeps its slot.
+                    self.state.runtime.agents.busy(&self.session_id);
+                }
+            }
+        }
+    }
+}
+
+/// Answers a command that arrived after the worker stopped.
+fn reply_stopped(command: Command) {
+    let stopped = || AppError::Unavailable("the session worker has stopped".into());
+    match command {
+        Command::Prompt { reply, .. } => {
+            let _ = reply.send(Err(stopped()));
+        }
+        Command::Retry { reply } => {
+            let _ = reply.send(Err(stopped()));
+        }
+        Command::DeliverOwed | Command::Cancel | Command::Release => {}
+    }
+}

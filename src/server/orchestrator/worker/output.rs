@@ -1,0 +1,197 @@
+//! What the agent does, written into the transcript: streamed text (buffered, stream.rs),
+//! tool calls, permission requests (N6) and error rows.
+
+use super::Worker;
+use crate::model::{AppError, MessageAuthor, MessageKind};
+use crate::server::agents::{self, AgentEvent};
+use crate::server::orchestrator::publish;
+use crate::server::orchestrator::stream::Chunk;
+use crate::server::repo::{NewMessage, NewPermissionRequest};
+use tokio::time::Instant;
+
+impl Worker {
+    /// Writes and publishes what streamed replies have in memory.
+    pub(super) async fn flush_stream(&mut self) {
+        for flush in self.stream.take() {
+            match self
+                .state
+                .repo
+                .update_message_content(&flush.id, &flush.content, self.state.clock.now())
+                .await
+            {
+                Ok(Some(m)) => {
+                    publish::message(&self.state, publish::MessageEvent::Updated, &m).await
+                }
+                Ok(None) => {} // the message was deleted meanwhile
+                Err(e) => {
+                    tracing::error!(session_id = %self.session_id, error = %e, "cannot record agent output")
+                }
+            }
+        }
+        self.count_owed_flush();
+    }
+
+    pub(super) async fn on_event(&mut self, event: AgentEvent) {
+        let result = match event {
+            AgentEvent::Text(chunk) => self.stream(MessageKind::Text, chunk).await,
+            AgentEvent::Thought(chunk) => self.stream(MessageKind::Thinking, chunk).await,
+            AgentEvent::ToolCall { title, .. } => {
+                self.stream.break_here();
+                self.append(MessageAuthor::Agent, MessageKind::ToolCall, title, None)
+                    .await
+                    .map(|_| ())
+            }
+            AgentEvent::Permission(ask) => self.permission(ask).await,
+            AgentEvent::PromptDone(result) => {
+                self.finish_turn(result).await;
+                Ok(())
+            }
+            AgentEvent::Exited(reason) => {
+                if self.agent.is_some() {
+                    self.fail(&reason).await;
+                }
+                Ok(())
+            }
+        };
+        if let Err(e) = result {
+            tracing::error!(session_id = %self.session_id, error = %e, "cannot record agent output");
+        }
+    }
+
+    pub(super) async fn append(
+        &self,
+        author: MessageAuthor,
+        kind: MessageKind,
+        content: String,
+        pending_id: Option<String>,
+    ) -> Result<Option<String>, AppError> {
+        let Some(turn_id) = self.open_turn.clone() else {
+            tracing::warn!(session_id = %self.session_id, "agent output outside a turn dropped");
+            return Ok(None);
+        };
+        let m = self
+            .state
+            .repo
+            .insert_message(
+                &NewMessage {
+                    session_id: self.session_id.clone(),
+                    turn_id,
+                    author,
+                    kind,
+                    content,
+                    pending_id,
+                },
+                self.state.clock.now(),
+            )
+            .await?;
+        publish::message(&self.state, publish::MessageEvent::Added, &m).await;
+        Ok(Some(m.id))
+    }
+
+    /// Coalesces streamed chunks into one message per reply; the first chunk is written at
+    /// once, the rest when due (`stream.rs`).
+    pub(super) async fn stream(
+        &mut self,
+        kind: MessageKind,
+        chunk: String,
+    ) -> Result<(), AppError> {
+        let mark = self.state.runtime.counters.foreign_rows(&self.session_id);
+        if let Chunk::New(content) = self.stream.push(kind, &chunk, mark, Instant::now()) {
+            // Replies that just ended are written before the new one begins.
+            self.flush_stream().await;
+            if let Some(id) = self
+                .append(MessageAuthor::Agent, kind, content.clone(), None)
+                .await?
+            {
+                self.stream.opened(kind, id, content, mark);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn permission(&mut self, ask: agents::PermissionAsk) -> Result<(), AppError> {
+        let current = self.state.repo.current_turn_id(&self.session_id).await?;
+        let Some(turn_id) = self
+            .open_turn
+            .clone()
+            .filter(|t| Some(t) == current.as_ref())
+        else {
+            // No open turn, or a newer (owed) turn superseded it: nobody can answer (N6).
+            let _ = ask.reply.send(None);
+            return Ok(());
+        };
+        let title = ask.tool_call["title"]
+            .as_str()
+            .unwrap_or("a tool call")
+            .to_string();
+        let request = self
+            .state
+            .repo
+            .insert_permission_request(
+                &NewPermissionRequest {
+                    session_id: self.session_id.clone(),
+                    turn_id,
+                    tool_call: ask.tool_call.to_string(),
+                    options: ask.options.to_string(),
+                },
+                self.state.clock.now(),
+            )
+            .await?;
+        self.state.runtime.permissions.put(&request.id, ask.reply);
+        self.permissions.push(request.id.clone());
+        self.stream.break_here();
+        self.append(
+            MessageAuthor::Agent,
+            MessageKind::PermissionRequest,
+            format!("Permission requested: {title}"),
+            Some(request.id.clone()),
+        )
+        .await?;
+        publish::permission_requested(&self.state, &request);
+        Ok(())
+    }
+
+    /// A system error row in `turn_id`, shown in the transcript.
+    pub(super) async fn system_error(&self, turn_id: &str, content: String) {
+        let message = NewMessage {
+            session_id: self.session_id.clone(),
+            turn_id: turn_id.to_string(),
+            author: MessageAuthor::System,
+            kind: MessageKind::Error,
+            content,
+            pending_id: None,
+        };
+        match self
+            .state
+            .repo
+            .insert_message(&message, self.state.clock.now())
+            .await
+        {
+            Ok(m) => publish::message(&self.state, publish::MessageEvent::Added, &m).await,
+            Err(e) => tracing::error!(error = %e, "cannot record an agent error"),
+        }
+    }
+
+    /// Answers every still-waiting permission request of the open turn with Cancelled.
+    pub(super) async fn cancel_permissions(&mut self) {
+        for id in std::mem::take(&mut self.permissions) {
+            if let Some(reply) = self.state.runtime.permissions.take(&id) {
+                let _ = reply.send(None);
+                match self
+                    .state
+                    .repo
+                    .resolve_permission_request(&id, "cancelled", None, self.state.clock.now())
+                    .await
+                {
+                    Ok(true) => {
+                        if let Ok(Some(p)) = self.state.repo.get_permission_request(&id).await {
+                            publish::permission_resolved(&self.state, &p);
+                        }
+                    }
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "cannot cancel a permission request"),
+                }
+            }
+        }
+    }
+}

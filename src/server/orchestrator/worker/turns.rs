@@ -1,0 +1,267 @@
+//! Turns: prompts (queued behind the open turn), owed resumes (L17/L18) and the end of a turn
+//! (N3 workflow step, P3 summary fields).
+
+use super::{MAX_QUEUED_PROMPTS, PromptAccepted, Worker, WorkerError};
+use crate::model::{AppError, MessageAuthor, MessageKind, SessionState};
+use crate::server::agents;
+use crate::server::orchestrator::{publish, sessions, workflow};
+use crate::server::repo::{NewMessage, NewTurn};
+use crate::server::summary::projector;
+
+impl Worker {
+    pub(super) async fn accept_prompt(
+        &mut self,
+        content: String,
+    ) -> Result<PromptAccepted, AppError> {
+        let session = self
+            .state
+            .repo
+            .get_session(&self.session_id)
+            .await?
+            .ok_or_else(|| AppError::NotFound(format!("session {}", self.session_id)))?;
+        if session.state.is_terminal() {
+            return Err(AppError::Conflict(format!(
+                "session {} is {}",
+                self.session_id, session.state
+            )));
+        }
+        if self.open_turn.is_none() {
+            // At the cap with every agent busy: refuse before anything is written.
+            self.admit()
+                .map_err(|e| AppError::Unavailable(e.to_string()))?;
+            // L18: what is owed goes first; the prompt then waits behind the resume.
+            match self.deliver_owed().await {
+                Ok(false) => {
+                    let turn_id = self.start_turn(content).await.inspect_err(|_| {
+                        if self.agent.is_none() {
+                            self.state.runtime.agents.leave(&self.session_id);
+                        }
+                    })?;
+                    return Ok(PromptAccepted {
+                        queued: false,
+                        turn_id: Some(turn_id),
+                        queue_position: None,
+                    });
+                }
+                Ok(true) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if self.queue.len() >= MAX_QUEUED_PROMPTS {
+            return Err(AppError::TooManyRequests(format!(
+                "{MAX_QUEUED_PROMPTS} prompts are already queued for this session"
+            )));
+        }
+        self.queue.push_back(content);
+        self.queue_changed().await;
+        Ok(PromptAccepted {
+            queued: true,
+            turn_id: None,
+            queue_position: Some(self.queue.len()),
+        })
+    }
+
+    /// P3: the task's summary shows how many prompts wait.
+    pub(super) async fn queue_changed(&self) {
+        self.state
+            .runtime
+            .counters
+            .set_queued(&self.session_id, &self.task_id, self.queue.len());
+        let r =
+            projector::refresh_task(&self.state, &self.task_id, projector::Scope::Full, None).await;
+        self.log("refreshing the queued-prompt count failed", r);
+    }
+
+    /// A new turn with the user's message, then the prompt to the agent. A new turn
+    /// supersedes a detached question of the previous one (L20, L5).
+    pub(super) async fn start_turn(&mut self, content: String) -> Result<String, AppError> {
+        let now = self.state.clock.now();
+        let turn = self
+            .state
+            .repo
+            .insert_turn(&NewTurn {
+                id: None,
+                session_id: self.session_id.clone(),
+                started_at: now,
+                created_at: now,
+            })
+            .await?;
+        let message = self
+            .state
+            .repo
+            .insert_message(
+                &NewMessage {
+                    session_id: self.session_id.clone(),
+                    turn_id: turn.id.clone(),
+                    author: MessageAuthor::User,
+                    kind: MessageKind::Text,
+                    content: content.clone(),
+                    pending_id: None,
+                },
+                now,
+            )
+            .await?;
+        publish::turn_started(&self.state, &turn);
+        publish::message(&self.state, publish::MessageEvent::Added, &message).await;
+        self.open_turn = Some(turn.id.clone());
+        self.stream.break_here();
+        if let Err(e) = self.ensure_agent().await {
+            self.fail(&e.to_string()).await;
+            return Ok(turn.id);
+        }
+        sessions::set_state(&self.state, &self.session_id, SessionState::Running).await?;
+        if let Some(agent) = &self.agent {
+            agent.connection.prompt(content);
+        }
+        self.clear_error().await;
+        Ok(turn.id)
+    }
+
+    /// L18: delivers the oldest owed resume, relaunching the agent if needed. `Ok(true)` when
+    /// a resume turn began; `Ok(false)` when nothing is owed (or another worker took it).
+    /// A failed launch leaves it owed: the session shows why and waits for a retry.
+    pub(super) async fn deliver_owed(&mut self) -> Result<bool, WorkerError> {
+        let Some(owed) = self
+            .state
+            .repo
+            .owed_resumes(&self.session_id)
+            .await?
+            .into_iter()
+            .next()
+        else {
+            return Ok(false);
+        };
+        let session = self.state.repo.get_session(&self.session_id).await?;
+        if session.is_none_or(|s| s.state.is_terminal()) {
+            return Ok(false);
+        }
+        let ready = match self
+            .state
+            .hooks
+            .check(crate::server::hooks::Point::Dispatch)
+        {
+            Ok(()) => self.ensure_agent().await,
+            Err(e) => Err(WorkerError::Repo(e)),
+        };
+        if let Err(e) = ready {
+            let reason = format!(
+                "{e}\nYour answer is kept and will be sent when the agent starts: send a message \
+                 or retry."
+            );
+            self.system_error(&owed.id, reason.clone()).await;
+            // The state first: whoever sees the reason sees the session's final state.
+            let r =
+                sessions::set_state(&self.state, &self.session_id, SessionState::WaitingForInput)
+                    .await;
+            self.log("cannot change the session state", r);
+            self.record_error(&reason).await;
+            return Err(e);
+        }
+        let now = self.state.clock.now();
+        if !self.state.repo.dispatch_resume(&owed.id, now).await? {
+            return Ok(false);
+        }
+        // Delivered: from here the answer is the agent's (exactly once).
+        self.open_turn = Some(owed.id.clone());
+        self.stream.break_here();
+        if let Some(agent) = &self.agent {
+            agent
+                .connection
+                .prompt(owed.resume_prompt.clone().unwrap_or_default());
+        }
+        self.state.runtime.agents.busy(&self.session_id);
+        if let Ok(Some(turn)) = self.state.repo.get_turn(&owed.id).await {
+            publish::turn_started(&self.state, &turn);
+        }
+        let r = sessions::set_state(&self.state, &self.session_id, SessionState::Running).await;
+        self.log("cannot change the session state", r);
+        self.clear_error().await;
+        Ok(true)
+    }
+
+    /// P3: the task's summary shows the last failure (`None` clears it).
+    pub(super) async fn record_error(&self, message: &str) {
+        let r = projector::record_last_error(&self.state, &self.task_id, Some(message)).await;
+        self.log("cannot record the last error", r);
+    }
+
+    /// P3: a turn started well, so an earlier failure is no longer the task's news.
+    pub(super) async fn clear_error(&self) {
+        let shown = matches!(
+            self.state.repo.get_summary(&self.task_id).await,
+            Ok(Some(s)) if s.body.last_error.is_some()
+        );
+        if shown {
+            let r = projector::record_last_error(&self.state, &self.task_id, None).await;
+            self.log("cannot clear the last error", r);
+        }
+    }
+
+    pub(super) async fn finish_turn(&mut self, result: Result<String, agents::PromptFailure>) {
+        let Some(turn_id) = self.open_turn.take() else {
+            return;
+        };
+        // The agent answered its prompt: it is idle from here (another session may take its
+        // slot even before this turn's bookkeeping is written).
+        self.state.runtime.agents.idle(&self.session_id);
+        // A finished turn leaves no permission request waiting (N6).
+        self.cancel_permissions().await;
+        if let Err(failure) = &result {
+            if failure.connection_lost {
+                // The agent is gone: `Exited` follows and fails the session with the reason.
+                self.open_turn = Some(turn_id);
+                return;
+            }
+            self.system_error(
+                &turn_id,
+                format!("The agent could not finish this turn: {}", failure.message),
+            )
+            .await;
+        }
+        self.complete_turn(&turn_id).await;
+        match self.deliver_owed().await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(session_id = %self.session_id, error = %e, "owed resume not delivered");
+                return;
+            }
+        }
+        if let Some(next) = self.queue.pop_front() {
+            self.queue_changed().await;
+            if let Err(e) = self.start_turn(next).await {
+                tracing::error!(error = %e, "cannot start the queued prompt");
+            }
+        } else {
+            let r =
+                sessions::set_state(&self.state, &self.session_id, SessionState::WaitingForInput)
+                    .await;
+            self.log("cannot change the session state", r);
+        }
+    }
+
+    /// Completes the turn (L9/L10: detaching only its own waiting bundles) and runs or
+    /// defers its step action (N3) — only if this call completed it.
+    pub(super) async fn complete_turn(&self, turn_id: &str) {
+        let now = self.state.clock.now();
+        let completed = match self.state.repo.complete_turn(turn_id, now).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot complete turn");
+                false
+            }
+        };
+        match self.state.repo.detach_turn(turn_id).await {
+            Ok(detached) => {
+                publish::bundles_by_id(&self.state, publish::BundleEvent::Detached, &detached).await
+            }
+            Err(e) => tracing::error!(error = %e, "cannot detach the turn's bundles"),
+        }
+        if let Ok(Some(turn)) = self.state.repo.get_turn(turn_id).await {
+            publish::turn_completed(&self.state, &turn);
+        }
+        if completed {
+            workflow::turn_completed(&self.state, &self.session_id, &self.task_id, turn_id).await;
+        }
+    }
+}
