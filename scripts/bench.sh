@@ -6,7 +6,7 @@
 #   scripts/bench.sh           # full: B1 with 1,000 turns per session, B2/B5 with 10,000 tasks
 #   scripts/bench.sh --quick   # 100 turns, 2,000 tasks; what CI runs, as a report (never gating)
 #
-# Built so far: B1, B2, B5 and B7. B3, B4 and B6 are not in the harness yet
+# Built so far: B1, B2, B4, B5, B6 and B7. B3 is not in the harness yet
 # (see docs/performance.md).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$ROOT/scripts/postgres.sh"
@@ -34,6 +34,9 @@ cargo bench --bench authority -- "${quick[@]}" --json "$out/B1.json"
 log "B2, B5: the task list and start-up at scale (release build)"
 cargo bench --bench scale -- "${quick[@]}" --json "$out/scale.json"
 
+log "B4, B6: fan-out and memory of the release server process"
+cargo bench --bench server -- "${quick[@]}" --json "$out/server.json"
+
 log "B7: the browser bundle (release wasm, wasm-opt -Oz, gzip -9)"
 cargo build --lib --target wasm32-unknown-unknown --no-default-features --features hydrate \
   --target-dir target/front --profile wasm-release
@@ -51,7 +54,8 @@ python3 - "$out" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 results = {b: json.loads((out / f"{b}.json").read_text()) for b in ("B1", "B7")}
-results.update(json.loads((out / "scale.json").read_text()))
+for part in ("scale", "server"):
+    results.update(json.loads((out / f"{part}.json").read_text()))
 results = dict(sorted(results.items()))
 (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
 print(f"wrote {out / 'results.json'}")

@@ -3,14 +3,16 @@
 //! connects (so a reconnect after a restart refetches) and whenever it lags (P10).
 
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 
 use axum::extract::State;
 use axum::extract::ws::{CloseFrame, close_code};
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::{IntoResponse, Response};
+use futures::SinkExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use crate::server::events::Event;
 use crate::server::state::AppState;
@@ -53,11 +55,21 @@ fn envelope(
     action: &str,
     payload: Value,
 ) -> Message {
+    Message::Text(envelope_text(state, kind, id, action, payload).into())
+}
+
+fn envelope_text(
+    state: &AppState,
+    kind: &str,
+    id: Option<&Value>,
+    action: &str,
+    payload: Value,
+) -> String {
     let mut e = json!({ "type": kind, "action": action, "payload": payload, "ts": format_micros(state.clock.now()) });
     if let Some(id) = id {
         e["id"] = id.clone();
     }
-    Message::Text(e.to_string().into())
+    e.to_string()
 }
 
 fn is_session_scoped(event: &Event) -> bool {
@@ -114,20 +126,72 @@ async fn serve_client(state: &AppState, mut socket: WebSocket) {
                 }
             }
             event = events.recv() => {
-                let message = match event {
-                    Ok(e) if is_session_scoped(&e) && !e.session_id.as_ref().is_some_and(|s| subscribed.contains(s)) => continue,
-                    Ok(e) => envelope(&state, "notification", None, &e.action, e.payload),
-                    Err(RecvError::Lagged(missed)) => {
-                        envelope(&state, "notification", None, "resync", json!({ "reason": "lagged", "missed": missed }))
+                // A burst (creating a task publishes about ten notifications) goes out as one
+                // write: frames are fed, then flushed once (B4: syscalls per client, not per frame).
+                let mut item = Some(event);
+                let mut fed = 0;
+                while let Some(current) = item.take() {
+                    match notification(&state, &subscribed, current) {
+                        ControlFlow::Break(()) => return,
+                        ControlFlow::Continue(Some(message)) => {
+                            if socket.feed(message).await.is_err() {
+                                return;
+                            }
+                        }
+                        ControlFlow::Continue(None) => {}
                     }
-                    Err(RecvError::Closed) => return,
-                };
-                if socket.send(message).await.is_err() {
+                    fed += 1;
+                    if fed < BURST_FRAMES {
+                        item = match events.try_recv() {
+                            Ok(e) => Some(Ok(e)),
+                            Err(TryRecvError::Lagged(n)) => Some(Err(RecvError::Lagged(n))),
+                            Err(TryRecvError::Closed) => Some(Err(RecvError::Closed)),
+                            Err(TryRecvError::Empty) => None,
+                        };
+                    }
+                }
+                if socket.flush().await.is_err() {
                     return;
                 }
             }
         }
     }
+}
+
+/// Frames written before one flush, at most.
+const BURST_FRAMES: usize = 64;
+
+/// What a client gets for one item of the hub: nothing (a session it did not subscribe to), a
+/// frame, or the end of the stream.
+fn notification(
+    state: &AppState,
+    subscribed: &HashSet<String>,
+    item: Result<Event, RecvError>,
+) -> ControlFlow<(), Option<Message>> {
+    ControlFlow::Continue(match item {
+        Ok(e)
+            if is_session_scoped(&e)
+                && !e
+                    .session_id
+                    .as_ref()
+                    .is_some_and(|s| subscribed.contains(s)) =>
+        {
+            None
+        }
+        // Serialized once for every client (its `ts` is when the first one sent it).
+        Ok(e) => Some(Message::Text(
+            e.frame(|| envelope_text(state, "notification", None, &e.action, (*e.payload).clone()))
+                .into(),
+        )),
+        Err(RecvError::Lagged(missed)) => Some(envelope(
+            state,
+            "notification",
+            None,
+            "resync",
+            json!({ "reason": "lagged", "missed": missed }),
+        )),
+        Err(RecvError::Closed) => return ControlFlow::Break(()),
+    })
 }
 
 fn close(code: u16, reason: &str) -> Message {

@@ -2,7 +2,7 @@
 //! projector and WebSocket clients subscribe. A trait, so a PostgreSQL LISTEN/NOTIFY bridge can
 //! relay between replicas later without touching publishers.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
@@ -11,13 +11,28 @@ use tokio::sync::broadcast;
 
 /// One notification (`action` and `payload` of the WebSocket envelope). `session_id` marks a
 /// session-scoped notification (sent only to subscribers of that session); `task_id` tells the
-/// projector which task to refresh.
-#[derive(Clone, Debug, PartialEq)]
+/// projector which task to refresh. Every subscriber receives its own clone of the event, so
+/// the payload is shared and the WebSocket frame is serialized once, by the first client that
+/// sends it (B4: 500 clients cost 500 writes, not 500 deep copies and serializations).
+#[derive(Clone, Debug)]
 pub struct Event {
     pub action: String,
-    pub payload: Value,
+    pub payload: Arc<Value>,
     pub task_id: Option<String>,
     pub session_id: Option<String>,
+    frame: Arc<OnceLock<String>>,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.action, &self.payload, &self.task_id, &self.session_id)
+            == (
+                &other.action,
+                &other.payload,
+                &other.task_id,
+                &other.session_id,
+            )
+    }
 }
 
 /// Production events are typed: their wire form (action, payload) and routing (task,
@@ -33,9 +48,10 @@ impl From<Notification> for Event {
             .unwrap_or(Value::Null);
         Event {
             action,
-            payload,
+            payload: Arc::new(payload),
             task_id,
             session_id,
+            frame: Arc::default(),
         }
     }
 }
@@ -45,10 +61,16 @@ impl Event {
     pub fn new(action: impl Into<String>, payload: Value) -> Self {
         Event {
             action: action.into(),
-            payload,
+            payload: Arc::new(payload),
             task_id: None,
             session_id: None,
+            frame: Arc::default(),
         }
+    }
+
+    /// The event's wire frame, made by `make` the first time any subscriber asks.
+    pub fn frame(&self, make: impl FnOnce() -> String) -> String {
+        self.frame.get_or_init(make).clone()
     }
 
     pub fn for_task(mut self, task_id: impl Into<String>) -> Self {
@@ -100,5 +122,33 @@ impl EventHub for InProcessHub {
 
     fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.sender.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// B4: every subscriber receives a clone of the event; the payload is shared and the wire
+    /// frame is made once, whoever asks first.
+    #[tokio::test]
+    async fn subscribers_share_one_payload_and_one_frame() {
+        let hub = InProcessHub::new(8);
+        let (mut a, mut b) = (hub.subscribe(), hub.subscribe());
+        hub.publish(Event::new(
+            "task.created",
+            serde_json::json!({ "big": "x".repeat(1000) }),
+        ));
+        let (ea, eb) = (a.recv().await.unwrap(), b.recv().await.unwrap());
+        assert!(Arc::ptr_eq(&ea.payload, &eb.payload));
+        let made = std::sync::atomic::AtomicUsize::new(0);
+        let make = || {
+            made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            "frame".to_string()
+        };
+        assert_eq!(ea.frame(make), "frame");
+        assert_eq!(eb.frame(make), "frame");
+        assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(ea, eb);
     }
 }

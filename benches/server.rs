@@ -1,0 +1,332 @@
+//! B4 and B6 (docs/performance.md) against the real release server process on SQLite (the
+//! embedded default), each beside its same-run baseline.
+//!
+//! - B6: resident memory (VmRSS) of the server after start-up, one task list and one page,
+//!   with N tasks × 3 sessions, against the same with an empty database; and while B4's
+//!   clients are connected.
+//! - B4: K WebSocket clients; a task is created whose agent asks at once (the mock's
+//!   `/e2e:clarification`); the time from the request to each client's
+//!   `task.status_summary.updated` with `clarification`, against one client.
+//!
+//! Run:
+//!
+//!     cargo bench --bench server                # N = 10,000 tasks, K = 500 clients
+//!     cargo bench --bench server -- --quick     # N = 2,000
+//!     … -- --json target/bench/server.json
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+use tokio_tungstenite::tungstenite::Message;
+use turnstile::model::SessionState;
+use turnstile::server::repo::{self, NewSession, NewTask, Repository};
+
+const CLIENTS: usize = 500;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    async fn start(database_url: &str) -> Server {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("turnstile-bench-srv-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+            .arg("--database-url")
+            .arg(database_url)
+            .arg("--data-dir")
+            .arg(&dir)
+            .arg("--addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--mock-agent")
+            .arg(env!("CARGO_BIN_EXE_mock_agent"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let server = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = client.get(format!("{}/healthz", server.base)).send().await
+                && r.status() == 200
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not become healthy"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        server
+    }
+
+    /// VmRSS in KB.
+    fn rss_kb(&self) -> u64 {
+        let pid = self.child.id().unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// One task list and one page, as a user opening the app would.
+    async fn touch(&self) {
+        let client = reqwest::Client::new();
+        for path in ["/api/v1/tasks", "/"] {
+            let r = client
+                .get(format!("{}{path}", self.base))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{path}");
+            r.bytes().await.unwrap();
+        }
+    }
+}
+
+fn sqlite_file(name: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("turnstile-bench-{name}-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    format!("sqlite:{}", dir.join("b.db").display())
+}
+
+async fn populate(repo: &Arc<dyn Repository>, tasks: usize) {
+    for n in 0..tasks {
+        let task = repo
+            .create_task(
+                &NewTask {
+                    title: format!("Task {n:05}"),
+                    ..Default::default()
+                },
+                1_000 + n as i64,
+            )
+            .await
+            .unwrap()
+            .id;
+        for s in 0..3 {
+            repo.create_session(
+                &NewSession {
+                    task_id: task.clone(),
+                    agent_profile_id: None,
+                    name: format!("s{s}"),
+                    state: SessionState::WaitingForInput,
+                    is_primary: s == 0,
+                    mcp_token_hash: None,
+                },
+                1_000 + n as i64,
+            )
+            .await
+            .unwrap();
+        }
+    }
+}
+
+/// Connects `k` clients, creates a task whose agent asks, and returns each client's delays to
+/// its `clarification` summary, sorted: from the server's publication (the frame's `ts`, same
+/// machine and clock) and from the request that created the task.
+async fn fan_out(server: &Server, k: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let ws = server.base.replacen("http://", "ws://", 1) + "/ws";
+    let mut sockets = Vec::with_capacity(k);
+    for _ in 0..k {
+        let (mut socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await.unwrap();
+        // The hello `resync` first: from here the client receives every notification.
+        loop {
+            if let Some(Ok(Message::Text(t))) = socket.next().await
+                && t.contains("\"resync\"")
+            {
+                break;
+            }
+        }
+        sockets.push(socket);
+    }
+    let title = format!("fan-out {}", uuid::Uuid::now_v7());
+    let (task_tx, task_rx) = tokio::sync::watch::channel(String::new());
+    let start = Instant::now();
+    let waiters: Vec<_> = sockets
+        .into_iter()
+        .map(|mut socket| {
+            let mut task_rx = task_rx.clone();
+            tokio::spawn(async move {
+                let mut seen: Vec<(Value, Duration)> = Vec::new();
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+                loop {
+                    tokio::select! {
+                        frame = tokio::time::timeout_at(deadline, socket.next()) => {
+                            let frame = frame.expect("a client waited 60 s for the question");
+                            // Parse only candidate frames: the 500 clients share the
+                            // server's 2 cores, and their own work must not be measured.
+                            if let Some(Ok(Message::Text(t))) = frame
+                                && t.contains("task.status_summary.updated")
+                                && t.contains("clarification")
+                            {
+                                let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                                if v["action"] == "task.status_summary.updated"
+                                    && v["payload"]["status_summary"]["pending_action"] == "clarification"
+                                {
+                                    let sent = chrono::DateTime::parse_from_rfc3339(v["ts"].as_str().unwrap()).unwrap();
+                                    let since = (chrono::Utc::now() - sent.with_timezone(&chrono::Utc)).to_std().unwrap_or_default();
+                                    seen.push((v["payload"]["task_id"].clone(), since));
+                                }
+                            }
+                        }
+                        _ = task_rx.changed() => {}
+                    }
+                    let task = task_rx.borrow().clone();
+                    if !task.is_empty()
+                        && let Some((_, since)) = seen.iter().find(|(id, _)| *id == task.as_str())
+                    {
+                        let elapsed = start.elapsed();
+                        let _ = socket.close(None).await;
+                        return (*since, elapsed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let client = reqwest::Client::new();
+    let created: Value = client
+        .post(format!("{}/api/v1/tasks", server.base))
+        .json(&json!({ "title": title, "prompt": "/e2e:clarification" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    task_tx
+        .send(created["id"].as_str().unwrap().to_string())
+        .unwrap();
+    let (mut published, mut requested) = (Vec::with_capacity(k), Vec::with_capacity(k));
+    for w in waiters {
+        let (p, r) = w.await.unwrap();
+        published.push(p);
+        requested.push(r);
+    }
+    published.sort();
+    requested.sort();
+    (published, requested)
+}
+
+fn pct(d: &[Duration], p: f64) -> f64 {
+    d[((d.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e3
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--bench") {
+        println!("B4/B6 benchmark skipped: run it with `cargo bench --bench server`");
+        return;
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let json_out = args
+        .iter()
+        .position(|a| a == "--json")
+        .and_then(|i| args.get(i + 1).cloned());
+    let tasks = if quick { 2_000 } else { 10_000 };
+
+    // B6 baseline: an empty database.
+    let empty = Server::start(&sqlite_file("empty")).await;
+    empty.touch().await;
+    let empty_rss = empty.rss_kb();
+    drop(empty);
+
+    // B6 idle with N tasks, then B4 on the same server.
+    let url = sqlite_file("server");
+    populate(&repo::connect(&url).await.unwrap(), tasks).await;
+    let server = Server::start(&url).await;
+    server.touch().await;
+    let idle_rss = server.rss_kb();
+    let one = fan_out(&server, 1).await;
+    let many_task = {
+        // Measure RSS while the clients are connected: sample it from a side task.
+        let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let pid = server.child.id().unwrap();
+        let p = peak.clone();
+        let sampler = tokio::spawn(async move {
+            loop {
+                if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    && let Some(kb) = status
+                        .lines()
+                        .find_map(|l| l.strip_prefix("VmRSS:"))
+                        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                {
+                    p.fetch_max(kb, std::sync::atomic::Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        let delays = fan_out(&server, CLIENTS).await;
+        sampler.abort();
+        (delays, peak.load(std::sync::atomic::Ordering::Relaxed))
+    };
+    let ((many, many_req), b4_rss) = many_task;
+    let (one, one_req) = one;
+    drop(server);
+
+    let mb = |kb: u64| kb as f64 / 1024.0;
+    println!("| id | what | measured | baseline | target |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| B4 | {CLIENTS} WebSocket clients: publication → every client has the question | p50 {:.1} ms, p99 {:.1} ms, all {} | 1 client {:.1} ms | p99 < 50 ms, none missed |",
+        pct(&many, 0.5),
+        pct(&many, 0.99),
+        many.len(),
+        pct(&one, 0.5)
+    );
+    println!(
+        "| B4 | the same from the request creating the task (agent launch included) | p50 {:.1} ms, p99 {:.1} ms | 1 client {:.1} ms | — |",
+        pct(&many_req, 0.5),
+        pct(&many_req, 0.99),
+        pct(&one_req, 0.5)
+    );
+    println!(
+        "| B6 | RSS idle, {tasks} tasks × 3 sessions (after one list and one page) | {:.1} MB | empty database {:.1} MB | < 60 MB |",
+        mb(idle_rss),
+        mb(empty_rss)
+    );
+    println!(
+        "| B6 | RSS peak under B4 ({CLIENTS} clients) | {:.1} MB | idle {:.1} MB | < 150 MB |",
+        mb(b4_rss),
+        mb(idle_rss)
+    );
+    if let Some(path) = json_out {
+        let out = json!({
+            "B4": { "sqlite": {
+                "clients": CLIENTS, "received": many.len(),
+                "p50_ms": pct(&many, 0.5), "p99_ms": pct(&many, 0.99), "one_client_ms": pct(&one, 0.5),
+                "from_request_p50_ms": pct(&many_req, 0.5), "from_request_p99_ms": pct(&many_req, 0.99),
+                "pass": many.len() == CLIENTS && pct(&many, 0.99) < 50.0,
+            }},
+            "B6": { "sqlite": {
+                "tasks": tasks, "idle_mb": mb(idle_rss), "empty_mb": mb(empty_rss), "under_b4_mb": mb(b4_rss),
+                "pass": mb(idle_rss) < 60.0 && mb(b4_rss) < 150.0,
+            }},
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&out).unwrap()).unwrap();
+    }
+}
