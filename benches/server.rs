@@ -1,9 +1,12 @@
-//! B4 and B6 (docs/performance.md) against the real release server process on SQLite (the
+//! B3, B4 and B6 (docs/performance.md) against the real release server process on SQLite (the
 //! embedded default), each beside its same-run baseline.
 //!
 //! - B6: resident memory (VmRSS) of the server after start-up, one task list and one page,
 //!   with N tasks × 3 sessions, against the same with an empty database; and while B4's
 //!   clients are connected.
+//! - B3: 50 agents (the mock, as processes) ask over MCP; a WebSocket listener answers each
+//!   question over REST; a round trip ends when the agent has the answer and ends its turn.
+//!   Against one agent doing the same.
 //! - B4: K WebSocket clients; a task is created whose agent asks at once (the mock's
 //!   `/e2e:clarification`); the time from the request to each client's
 //!   `task.status_summary.updated` with `clarification`, against one client.
@@ -55,6 +58,8 @@ impl Server {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--mock-agent")
             .arg(env!("CARGO_BIN_EXE_mock_agent"))
+            .arg("--max-agents")
+            .arg("64")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -231,6 +236,108 @@ async fn fan_out(server: &Server, k: usize) -> (Vec<Duration>, Vec<Duration>) {
     (published, requested)
 }
 
+/// The question of B3's round trips: one question, two options.
+const ASK: &str = r#"e2e:ask({"questions": [{"id": "q", "prompt": "Go on?", "options": [{"id": "y", "label": "Yes"}, {"id": "n", "label": "No"}]}]})"#;
+
+/// B3: `sessions` agents each ask, are answered over REST and finish their turn, `rounds`
+/// times. Returns round trips per second (first question to last completion) and each
+/// round trip's time from the question's notification to its turn's completion, sorted.
+async fn round_trips(server: &Server, sessions: usize, rounds: usize) -> (f64, Vec<Duration>) {
+    use std::collections::HashMap;
+    let ws = server.base.replacen("http://", "ws://", 1) + "/ws";
+    let (mut socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await.unwrap();
+    let client = reqwest::Client::new();
+    let mut mine: HashMap<String, usize> = HashMap::new(); // session → rounds done
+    for n in 0..sessions {
+        let created: Value = client
+            .post(format!("{}/api/v1/tasks", server.base))
+            .json(&json!({ "title": format!("round trips {n}"), "prompt": ASK }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        mine.insert(
+            created["primary_session_id"].as_str().unwrap().to_string(),
+            0,
+        );
+    }
+    let mut asked: HashMap<String, Instant> = HashMap::new();
+    let mut times = Vec::with_capacity(sessions * rounds);
+    let mut first: Option<Instant> = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    while times.len() < sessions * rounds {
+        let frame = tokio::time::timeout_at(deadline, socket.next())
+            .await
+            .expect("B3 round trips did not finish in 300 s");
+        let Some(Ok(Message::Text(t))) = frame else {
+            continue;
+        };
+        if !t.contains("clarification.requested") && !t.contains("session.turn.completed") {
+            continue;
+        }
+        let v: Value = serde_json::from_str(t.as_str()).unwrap();
+        match v["action"].as_str() {
+            Some("clarification.requested") => {
+                let session = v["payload"]["bundle"]["session_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                if !mine.contains_key(&session) {
+                    continue;
+                }
+                asked.insert(session, Instant::now());
+                first.get_or_insert_with(Instant::now);
+                let url = format!(
+                    "{}/api/v1/clarifications/{}/respond",
+                    server.base,
+                    v["payload"]["bundle"]["pending_id"].as_str().unwrap()
+                );
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let r = client
+                        .post(url)
+                        .json(&json!({ "answers": [{ "question_id": "q", "selected_options": ["y"] }] }))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(r.status(), 200);
+                });
+            }
+            Some("session.turn.completed") => {
+                let session = v["payload"]["turn"]["session_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                let Some(at) = asked.remove(&session) else {
+                    continue;
+                };
+                times.push(at.elapsed());
+                let done = mine.get_mut(&session).unwrap();
+                *done += 1;
+                if *done < rounds {
+                    let url = format!("{}/api/v1/sessions/{session}/prompt", server.base);
+                    let client = client.clone();
+                    tokio::spawn(async move {
+                        let r = client
+                            .post(url)
+                            .json(&json!({ "content": ASK }))
+                            .send()
+                            .await
+                            .unwrap();
+                        assert_eq!(r.status(), 200);
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    let rate = times.len() as f64 / first.unwrap().elapsed().as_secs_f64();
+    times.sort();
+    (rate, times)
+}
+
 fn pct(d: &[Duration], p: f64) -> f64 {
     d[((d.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e3
 }
@@ -286,6 +393,9 @@ async fn main() {
     };
     let ((many, many_req), b4_rss) = many_task;
     let (one, one_req) = one;
+    let rounds = if quick { 10 } else { 40 };
+    let (one_rate, one_rt) = round_trips(&server, 1, rounds).await;
+    let (rate, rt) = round_trips(&server, 50, rounds).await;
     drop(server);
 
     let mb = |kb: u64| kb as f64 / 1024.0;
@@ -305,6 +415,12 @@ async fn main() {
         pct(&one_req, 0.5)
     );
     println!(
+        "| B3 | 50 agents: ask (MCP) → answer (REST) → agent finishes its turn, {rounds} rounds each | {rate:.0}/s, p50 {:.1} ms, p99 {:.1} ms | 1 agent {one_rate:.0}/s, p50 {:.1} ms | ≥ 1,000/s, p99 < 20 ms |",
+        pct(&rt, 0.5),
+        pct(&rt, 0.99),
+        pct(&one_rt, 0.5)
+    );
+    println!(
         "| B6 | RSS idle, {tasks} tasks × 3 sessions (after one list and one page) | {:.1} MB | empty database {:.1} MB | < 60 MB |",
         mb(idle_rss),
         mb(empty_rss)
@@ -321,6 +437,11 @@ async fn main() {
                 "p50_ms": pct(&many, 0.5), "p99_ms": pct(&many, 0.99), "one_client_ms": pct(&one, 0.5),
                 "from_request_p50_ms": pct(&many_req, 0.5), "from_request_p99_ms": pct(&many_req, 0.99),
                 "pass": many.len() == CLIENTS && pct(&many, 0.99) < 50.0,
+            }},
+            "B3": { "sqlite": {
+                "agents": 50, "rounds": rounds, "per_second": rate, "p50_ms": pct(&rt, 0.5), "p99_ms": pct(&rt, 0.99),
+                "one_agent_per_second": one_rate, "one_agent_p50_ms": pct(&one_rt, 0.5),
+                "pass": rate >= 1000.0 && pct(&rt, 0.99) < 20.0,
             }},
             "B6": { "sqlite": {
                 "tasks": tasks, "idle_mb": mb(idle_rss), "empty_mb": mb(empty_rss), "under_b4_mb": mb(b4_rss),

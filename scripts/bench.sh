@@ -6,8 +6,8 @@
 #   scripts/bench.sh           # full: B1 with 1,000 turns per session, B2/B5 with 10,000 tasks
 #   scripts/bench.sh --quick   # 100 turns, 2,000 tasks; what CI runs, as a report (never gating)
 #
-# Built so far: B1, B2, B4, B5, B6 and B7. B3 is not in the harness yet
-# (see docs/performance.md).
+# B1 benches/authority.rs · B2, B5 benches/scale.rs · B3, B4, B6 benches/server.rs (the release
+# server process) · B7 here. Targets and the latest table: docs/performance.md.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$ROOT/scripts/postgres.sh"
 
@@ -34,7 +34,7 @@ cargo bench --bench authority -- "${quick[@]}" --json "$out/B1.json"
 log "B2, B5: the task list and start-up at scale (release build)"
 cargo bench --bench scale -- "${quick[@]}" --json "$out/scale.json"
 
-log "B4, B6: fan-out and memory of the release server process"
+log "B3, B4, B6: round trips, fan-out and memory of the release server process"
 cargo bench --bench server -- "${quick[@]}" --json "$out/server.json"
 
 log "B7: the browser bundle (release wasm, wasm-opt -Oz, gzip -9)"
