@@ -9,6 +9,8 @@
 //!
 //! PostgreSQL runs too when TEST_POSTGRES_URL is set (scripts/postgres.sh can start one).
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,23 +22,9 @@ use turnstile::server::repo::{
 const SESSIONS: usize = 100;
 
 async fn fresh(url_base: &str, name: &str) -> Arc<dyn Repository> {
-    if url_base.starts_with("sqlite") {
-        let dir =
-            std::env::temp_dir().join(format!("turnstile-bench-{name}-{}", uuid::Uuid::now_v7()));
-        std::fs::create_dir_all(&dir).unwrap();
-        return repo::connect(&format!("sqlite:{}", dir.join("b.db").display()))
-            .await
-            .unwrap();
-    }
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(url_base).await.unwrap();
-    let db = format!("bench_{}", uuid::Uuid::now_v7().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}")))
-        .execute(&mut conn)
+    repo::connect(&common::fresh_database(url_base, name).await)
         .await
-        .unwrap();
-    let base = url_base.rsplit_once('/').unwrap().0;
-    repo::connect(&format!("{base}/{db}")).await.unwrap()
+        .unwrap()
 }
 
 /// 100 sessions, each with `turns` turns; every turn holds one pending bundle (all but the
@@ -190,32 +178,18 @@ fn ms(d: Duration) -> String {
 
 #[tokio::main]
 async fn main() {
-    // `cargo bench` passes `--bench`; under `cargo test --all-targets` this is a no-op.
-    let args: Vec<String> = std::env::args().collect();
-    if !args.iter().any(|a| a == "--bench") {
-        println!("B1 benchmark skipped: run it with `cargo bench --bench authority`");
+    let Some(args) = common::args("authority") else {
         return;
-    }
-    let quick = args.iter().any(|a| a == "--quick");
-    let json_out = args
-        .iter()
-        .position(|a| a == "--json")
-        .and_then(|i| args.get(i + 1).cloned());
-    let history = if quick { 100 } else { 1000 };
-    let samples = if quick { 51 } else { 201 };
-    let mut backends = vec![("sqlite".to_string(), "sqlite".to_string())];
-    if let Ok(url) = std::env::var("TEST_POSTGRES_URL")
-        && !url.is_empty()
-    {
-        backends.push(("postgres".to_string(), url));
-    }
+    };
+    let history = if args.quick { 100 } else { 1000 };
+    let samples = if args.quick { 51 } else { 201 };
     println!(
         "B1: {SESSIONS} sessions, 1 vs {history} turns each (every old turn holds a stale pending bundle); medians of {samples} alternating samples"
     );
     println!("| database | query | 1 turn | {history} turns | ratio | target |");
     println!("|---|---|---|---|---|---|");
     let mut results = serde_json::Map::new();
-    for (name, url) in backends {
+    for (name, url) in common::backends() {
         let small = {
             let repo = fresh(&url, "small").await;
             let ids = populate(&repo, 1).await;
@@ -251,7 +225,5 @@ async fn main() {
         }
         results.insert(name, serde_json::Value::Object(rows));
     }
-    if let Some(path) = json_out {
-        std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).unwrap();
-    }
+    args.write_json(&serde_json::Value::Object(results));
 }

@@ -12,37 +12,17 @@
 //!     cargo bench --bench scale -- --quick      # N = 2,000
 //!     … -- --json target/bench/scale.json
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leptos::prelude::LeptosOptions;
-use turnstile::model::SessionState;
 use turnstile::server::auth::FrontDoor;
-use turnstile::server::repo::{self, NewSession, NewTask, Repository};
+use turnstile::server::repo;
 use turnstile::server::runtime::RuntimeConfig;
 use turnstile::server::state::AppState;
 use turnstile::server::{startup, time::Clock};
-
-const SESSIONS_PER_TASK: usize = 3;
-
-/// A new, empty database: `(url for the repository, url for a raw connection)`.
-async fn fresh(url_base: &str, name: &str) -> String {
-    if url_base.starts_with("sqlite") {
-        let dir =
-            std::env::temp_dir().join(format!("turnstile-bench-{name}-{}", uuid::Uuid::now_v7()));
-        std::fs::create_dir_all(&dir).unwrap();
-        return format!("sqlite:{}", dir.join("b.db").display());
-    }
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(url_base).await.unwrap();
-    let db = format!("bench_{}", uuid::Uuid::now_v7().simple());
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}")))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let base = url_base.rsplit_once('/').unwrap().0;
-    format!("{base}/{db}")
-}
 
 async fn raw(url: &str, sql: &str) -> Duration {
     use sqlx::Connection;
@@ -63,48 +43,6 @@ async fn raw(url: &str, sql: &str) -> Duration {
             .unwrap();
     }
     start.elapsed()
-}
-
-/// `tasks` tasks with three sessions each, through the repository (4 tasks at a time).
-async fn populate(repo: &Arc<dyn Repository>, tasks: usize) {
-    let mut next = 0;
-    while next < tasks {
-        let batch: Vec<_> = (next..(next + 4).min(tasks))
-            .map(|n| {
-                let repo = repo.clone();
-                async move {
-                    let task = repo
-                        .create_task(
-                            &NewTask {
-                                title: format!("Task {n:05}"),
-                                ..Default::default()
-                            },
-                            1_000 + n as i64,
-                        )
-                        .await
-                        .unwrap()
-                        .id;
-                    for s in 0..SESSIONS_PER_TASK {
-                        repo.create_session(
-                            &NewSession {
-                                task_id: task.clone(),
-                                agent_profile_id: None,
-                                name: format!("s{s}"),
-                                state: SessionState::WaitingForInput,
-                                is_primary: s == 0,
-                                mcp_token_hash: None,
-                            },
-                            1_000 + n as i64,
-                        )
-                        .await
-                        .unwrap();
-                    }
-                }
-            })
-            .collect();
-        futures::future::join_all(batch).await;
-        next += 4;
-    }
 }
 
 fn runtime_config(addr: std::net::SocketAddr) -> RuntimeConfig {
@@ -147,30 +85,17 @@ fn ms(d: Duration) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if !args.iter().any(|a| a == "--bench") {
-        println!("B2/B5 benchmark skipped: run it with `cargo bench --bench scale`");
+    let Some(args) = common::args("scale") else {
         return;
-    }
-    let quick = args.iter().any(|a| a == "--quick");
-    let json_out = args
-        .iter()
-        .position(|a| a == "--json")
-        .and_then(|i| args.get(i + 1).cloned());
-    let tasks = if quick { 2_000 } else { 10_000 };
-    let samples = if quick { 21 } else { 51 };
-    let mut backends = vec![("sqlite".to_string(), "sqlite".to_string())];
-    if let Ok(url) = std::env::var("TEST_POSTGRES_URL")
-        && !url.is_empty()
-    {
-        backends.push(("postgres".to_string(), url));
-    }
+    };
+    let tasks = if args.quick { 2_000 } else { 10_000 };
+    let samples = if args.quick { 21 } else { 51 };
     let mut b2 = serde_json::Map::new();
     let mut b5 = serde_json::Map::new();
     let mut lines = Vec::new();
-    for (name, base) in backends {
-        let url = fresh(&base, "scale").await;
-        populate(&repo::connect(&url).await.unwrap(), tasks).await;
+    for (name, base) in common::backends() {
+        let url = common::fresh_database(&base, "scale").await;
+        common::populate_tasks(&repo::connect(&url).await.unwrap(), tasks).await;
 
         // B5: boot with fresh summaries (the populate's), then with every one invalidated.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -260,8 +185,5 @@ async fn main() {
     for l in lines {
         println!("{l}");
     }
-    if let Some(path) = json_out {
-        let out = serde_json::json!({ "B2": b2, "B5": b5 });
-        std::fs::write(&path, serde_json::to_string_pretty(&out).unwrap()).unwrap();
-    }
+    args.write_json(&serde_json::json!({ "B2": b2, "B5": b5 }));
 }

@@ -17,6 +17,8 @@
 //!     cargo bench --bench server -- --quick     # N = 2,000
 //!     … -- --json target/bench/server.json
 
+mod common;
+
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,8 +27,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 use tokio_tungstenite::tungstenite::Message;
-use turnstile::model::SessionState;
-use turnstile::server::repo::{self, NewSession, NewTask, Repository};
+use turnstile::server::repo;
 
 const CLIENTS: usize = 500;
 
@@ -36,6 +37,15 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// VmRSS of process `pid` in KB (`None` once it is gone).
+fn rss_kb(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 struct Server {
@@ -87,15 +97,8 @@ impl Server {
         server
     }
 
-    /// VmRSS in KB.
     fn rss_kb(&self) -> u64 {
-        let pid = self.child.id().unwrap();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
+        rss_kb(self.child.id().unwrap()).unwrap()
     }
 
     /// One task list and one page, as a user opening the app would.
@@ -109,43 +112,6 @@ impl Server {
                 .unwrap();
             assert_eq!(r.status(), 200, "{path}");
             r.bytes().await.unwrap();
-        }
-    }
-}
-
-fn sqlite_file(name: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("turnstile-bench-{name}-{}", uuid::Uuid::now_v7()));
-    std::fs::create_dir_all(&dir).unwrap();
-    format!("sqlite:{}", dir.join("b.db").display())
-}
-
-async fn populate(repo: &Arc<dyn Repository>, tasks: usize) {
-    for n in 0..tasks {
-        let task = repo
-            .create_task(
-                &NewTask {
-                    title: format!("Task {n:05}"),
-                    ..Default::default()
-                },
-                1_000 + n as i64,
-            )
-            .await
-            .unwrap()
-            .id;
-        for s in 0..3 {
-            repo.create_session(
-                &NewSession {
-                    task_id: task.clone(),
-                    agent_profile_id: None,
-                    name: format!("s{s}"),
-                    state: SessionState::WaitingForInput,
-                    is_primary: s == 0,
-                    mcp_token_hash: None,
-                },
-                1_000 + n as i64,
-            )
-            .await
-            .unwrap();
         }
     }
 }
@@ -344,27 +310,20 @@ fn pct(d: &[Duration], p: f64) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if !args.iter().any(|a| a == "--bench") {
-        println!("B4/B6 benchmark skipped: run it with `cargo bench --bench server`");
+    let Some(args) = common::args("server") else {
         return;
-    }
-    let quick = args.iter().any(|a| a == "--quick");
-    let json_out = args
-        .iter()
-        .position(|a| a == "--json")
-        .and_then(|i| args.get(i + 1).cloned());
-    let tasks = if quick { 2_000 } else { 10_000 };
+    };
+    let tasks = if args.quick { 2_000 } else { 10_000 };
 
     // B6 baseline: an empty database.
-    let empty = Server::start(&sqlite_file("empty")).await;
+    let empty = Server::start(&common::fresh_database("sqlite", "empty").await).await;
     empty.touch().await;
     let empty_rss = empty.rss_kb();
     drop(empty);
 
     // B6 idle with N tasks, then B4 on the same server.
-    let url = sqlite_file("server");
-    populate(&repo::connect(&url).await.unwrap(), tasks).await;
+    let url = common::fresh_database("sqlite", "server").await;
+    common::populate_tasks(&repo::connect(&url).await.unwrap(), tasks).await;
     let server = Server::start(&url).await;
     server.touch().await;
     let idle_rss = server.rss_kb();
@@ -376,12 +335,7 @@ async fn main() {
         let p = peak.clone();
         let sampler = tokio::spawn(async move {
             loop {
-                if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
-                    && let Some(kb) = status
-                        .lines()
-                        .find_map(|l| l.strip_prefix("VmRSS:"))
-                        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                {
+                if let Some(kb) = rss_kb(pid) {
                     p.fetch_max(kb, std::sync::atomic::Ordering::Relaxed);
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -393,7 +347,7 @@ async fn main() {
     };
     let ((many, many_req), b4_rss) = many_task;
     let (one, one_req) = one;
-    let rounds = if quick { 10 } else { 40 };
+    let rounds = if args.quick { 10 } else { 40 };
     let (one_rate, one_rt) = round_trips(&server, 1, rounds).await;
     let (rate, rt) = round_trips(&server, 50, rounds).await;
     drop(server);
@@ -430,24 +384,21 @@ async fn main() {
         mb(b4_rss),
         mb(idle_rss)
     );
-    if let Some(path) = json_out {
-        let out = json!({
-            "B4": { "sqlite": {
-                "clients": CLIENTS, "received": many.len(),
-                "p50_ms": pct(&many, 0.5), "p99_ms": pct(&many, 0.99), "one_client_ms": pct(&one, 0.5),
-                "from_request_p50_ms": pct(&many_req, 0.5), "from_request_p99_ms": pct(&many_req, 0.99),
-                "pass": many.len() == CLIENTS && pct(&many, 0.99) < 50.0,
-            }},
-            "B3": { "sqlite": {
-                "agents": 50, "rounds": rounds, "per_second": rate, "p50_ms": pct(&rt, 0.5), "p99_ms": pct(&rt, 0.99),
-                "one_agent_per_second": one_rate, "one_agent_p50_ms": pct(&one_rt, 0.5),
-                "pass": rate >= 1000.0 && pct(&rt, 0.99) < 20.0,
-            }},
-            "B6": { "sqlite": {
-                "tasks": tasks, "idle_mb": mb(idle_rss), "empty_mb": mb(empty_rss), "under_b4_mb": mb(b4_rss),
-                "pass": mb(idle_rss) < 60.0 && mb(b4_rss) < 150.0,
-            }},
-        });
-        std::fs::write(&path, serde_json::to_string_pretty(&out).unwrap()).unwrap();
-    }
+    args.write_json(&json!({
+        "B4": { "sqlite": {
+            "clients": CLIENTS, "received": many.len(),
+            "p50_ms": pct(&many, 0.5), "p99_ms": pct(&many, 0.99), "one_client_ms": pct(&one, 0.5),
+            "from_request_p50_ms": pct(&many_req, 0.5), "from_request_p99_ms": pct(&many_req, 0.99),
+            "pass": many.len() == CLIENTS && pct(&many, 0.99) < 50.0,
+        }},
+        "B3": { "sqlite": {
+            "agents": 50, "rounds": rounds, "per_second": rate, "p50_ms": pct(&rt, 0.5), "p99_ms": pct(&rt, 0.99),
+            "one_agent_per_second": one_rate, "one_agent_p50_ms": pct(&one_rt, 0.5),
+            "pass": rate >= 1000.0 && pct(&rt, 0.99) < 20.0,
+        }},
+        "B6": { "sqlite": {
+            "tasks": tasks, "idle_mb": mb(idle_rss), "empty_mb": mb(empty_rss), "under_b4_mb": mb(b4_rss),
+            "pass": mb(idle_rss) < 60.0 && mb(b4_rss) < 150.0,
+        }},
+    }));
 }
