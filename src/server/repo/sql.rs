@@ -101,6 +101,36 @@ macro_rules! impl_repository {
             active: bool,
         }
 
+        /// One summary compare-and-set (P6) on the pool or inside a transaction: the new
+        /// revision, or `None` when nothing was written.
+        async fn cas_statement<'e, E: sqlx::Executor<'e, Database = $db>>(
+            executor: E,
+            task_id: &str,
+            expected: Option<i64>,
+            body: &SummaryBody,
+            at: Micros,
+        ) -> Result<Option<i64>, sqlx::Error> {
+            let text = json(body);
+            let pending = body.pending_action.map(|p| p.as_str());
+            match expected {
+                None => sqlx::query_scalar::<$db, i64>(CAS_SUMMARY_INSERT)
+                    .bind(task_id)
+                    .bind(text)
+                    .bind(at)
+                    .bind(pending)
+                    .fetch_optional(executor)
+                    .await,
+                Some(rev) => sqlx::query_scalar::<$db, i64>(CAS_SUMMARY_UPDATE)
+                    .bind(task_id)
+                    .bind(rev)
+                    .bind(text)
+                    .bind(at)
+                    .bind(pending)
+                    .fetch_optional(executor)
+                    .await,
+            }
+        }
+
         impl $repo {
             async fn load_steps(&self, workflow: WorkflowRow) -> RepoResult<WorkflowRecord> {
                 let steps = sqlx::query_as::<$db, WorkflowStepRecord>(
@@ -810,25 +840,7 @@ macro_rules! impl_repository {
             }
 
             async fn cas_summary(&self, task_id: &str, expected: Option<i64>, body: &SummaryBody, at: Micros) -> RepoResult<CasOutcome> {
-                let text = json(body);
-                let pending = body.pending_action.map(|p| p.as_str());
-                let written = match expected {
-                    None => sqlx::query_scalar::<$db, i64>(CAS_SUMMARY_INSERT)
-                        .bind(task_id)
-                        .bind(&text)
-                        .bind(at)
-                        .bind(pending)
-                        .fetch_optional(&self.pool)
-                        .await?,
-                    Some(rev) => sqlx::query_scalar::<$db, i64>(CAS_SUMMARY_UPDATE)
-                        .bind(task_id)
-                        .bind(rev)
-                        .bind(&text)
-                        .bind(at)
-                        .bind(pending)
-                        .fetch_optional(&self.pool)
-                        .await?,
-                };
+                let written = cas_statement(&self.pool, task_id, expected, body, at).await?;
                 if let Some(revision) = written {
                     return Ok(CasOutcome::Written { revision });
                 }
@@ -848,25 +860,7 @@ macro_rules! impl_repository {
                 }
                 let mut tx = self.write_tx().await?;
                 for w in writes {
-                    let text = json(&w.body);
-                    let pending = w.body.pending_action.map(|p| p.as_str());
-                    out.push(match w.expected {
-                        None => sqlx::query_scalar::<$db, i64>(CAS_SUMMARY_INSERT)
-                            .bind(&w.task_id)
-                            .bind(&text)
-                            .bind(at)
-                            .bind(pending)
-                            .fetch_optional(&mut *tx)
-                            .await?,
-                        Some(rev) => sqlx::query_scalar::<$db, i64>(CAS_SUMMARY_UPDATE)
-                            .bind(&w.task_id)
-                            .bind(rev)
-                            .bind(&text)
-                            .bind(at)
-                            .bind(pending)
-                            .fetch_optional(&mut *tx)
-                            .await?,
-                    });
+                    out.push(cas_statement(&mut *tx, &w.task_id, w.expected, &w.body, at).await?);
                 }
                 tx.commit().await?;
                 Ok(out)
