@@ -234,11 +234,19 @@ async fn build_history(repo: &Arc<dyn Repository>, rng: &mut SmallRng) -> Vec<Mo
                             turn_id: turn.clone(),
                             tool_call: "{}".into(),
                             options: "[]".into(),
+                            message_content: "Permission requested".into(),
                         },
                         created_at,
                     )
                     .await
-                    .unwrap();
+                    .unwrap()
+                    .0;
+                // Its transcript row references the turn too (L1).
+                s.turns
+                    .iter_mut()
+                    .find(|t| t.id == turn)
+                    .unwrap()
+                    .has_message = true;
                 let pending = !rng.random_bool(0.3)
                     || !repo
                         .resolve_permission_request(&p.id, "selected", None, T0)

@@ -278,11 +278,13 @@ async fn p2_permission_outranks_clarification(url: String) {
                 turn_id: t2,
                 tool_call: "{}".into(),
                 options: "[]".into(),
+                message_content: "Permission requested".into(),
             },
             server.state.clock.now(),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .0;
     s.publish("permission.requested", &other);
     await_pending(&mut rx, &s.task, json!("permission")).await;
     server

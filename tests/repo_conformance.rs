@@ -173,6 +173,7 @@ both!(
     l18_restore_puts_an_undelivered_claim_back,
     l19_unattempted_reservation_is_not_current,
     p1_pending_action_prefers_clarification_then_latest_permission,
+    p1_a_permission_request_and_its_transcript_row_are_written_together,
     p3_summary_cas_rejects_stale_and_skips_equal_content,
     p9_epoch_strictly_increases,
     bad_input_is_rejected_and_writes_nothing,
@@ -549,6 +550,74 @@ async fn l19_unattempted_reservation_is_not_current(repo: Arc<dyn Repository>) {
     );
 }
 
+/// Defect (CI flake): the request was written, then its row; a reader between the two saw
+/// `pending_action: permission` with nothing in the transcript to answer.
+async fn p1_a_permission_request_and_its_transcript_row_are_written_together(
+    repo: Arc<dyn Repository>,
+) {
+    let w = World::new(repo).await;
+    let s = w.session(SessionState::Running).await;
+    let t = w.turn(&s, T0).await;
+    let new = |turn: &str| NewPermissionRequest {
+        session_id: s.clone(),
+        turn_id: turn.to_string(),
+        tool_call: "{}".into(),
+        options: "[]".into(),
+        message_content: "Permission requested: rm".into(),
+    };
+    let (request, message) = w
+        .repo
+        .insert_permission_request(&new(&t), T0 + 1)
+        .await
+        .unwrap();
+    let rows = w.repo.list_messages(&s, None, 100).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].id.as_str(),
+            rows[0].kind.as_str(),
+            rows[0].pending_id.as_deref(),
+            rows[0].turn_id.as_str(),
+            rows[0].content.as_str(),
+        ),
+        (
+            message.id.as_str(),
+            "permission_request",
+            Some(request.id.as_str()),
+            t.as_str(),
+            "Permission requested: rm",
+        )
+    );
+    // A turn of another session: neither the request nor a row is written.
+    let other = w.session(SessionState::Running).await;
+    let foreign = w.turn(&other, T0).await;
+    let err = w
+        .repo
+        .insert_permission_request(&new(&foreign), T0 + 2)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RepoError::NotFound(_)), "{err}");
+    assert_eq!(w.repo.list_messages(&s, None, 100).await.unwrap().len(), 1);
+    assert!(
+        w.repo
+            .list_messages(&other, None, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        w.repo.pending_permission_requests(&s).await.unwrap().len(),
+        1
+    );
+    assert!(
+        w.repo
+            .pending_permission_requests(&other)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 async fn p1_pending_action_prefers_clarification_then_latest_permission(repo: Arc<dyn Repository>) {
     let w = World::new(repo).await;
     let s = w.session(SessionState::Running).await;
@@ -563,11 +632,13 @@ async fn p1_pending_action_prefers_clarification_then_latest_permission(repo: Ar
                     turn_id: t,
                     tool_call: "{}".into(),
                     options: "[]".into(),
+                    message_content: "Permission requested".into(),
                 },
                 at,
             )
             .await
             .unwrap()
+            .0
             .id
         }
     };

@@ -198,6 +198,8 @@ pub struct NewPermissionRequest {
     pub turn_id: String,
     pub tool_call: String,
     pub options: String,
+    /// The content of its `permission_request` transcript row.
+    pub message_content: String,
 }
 
 /// The outcome a responder tries to claim (L13).
@@ -350,11 +352,13 @@ pub trait Repository: Send + Sync + 'static {
     async fn get_bundle(&self, pending_id: &str) -> RepoResult<Option<StoredBundle>>;
     /// Every bundle of the session (any status), oldest first, without questions.
     async fn session_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleRecord>>;
+    /// The request and its transcript row, in one transaction: a reader never sees a
+    /// pending permission (P1) without the row that shows it.
     async fn insert_permission_request(
         &self,
         new: &NewPermissionRequest,
         at: Micros,
-    ) -> RepoResult<PermissionRecord>;
+    ) -> RepoResult<(PermissionRecord, MessageRecord)>;
     async fn get_permission_request(&self, id: &str) -> RepoResult<Option<PermissionRecord>>;
     /// P1: the newest permission request of `turn_id` (by `created_at`, then `id`).
     async fn latest_permission_request(

@@ -758,8 +758,9 @@ macro_rules! impl_repository {
                 .await?)
             }
 
-            async fn insert_permission_request(&self, new: &NewPermissionRequest, at: Micros) -> RepoResult<PermissionRecord> {
-                sqlx::query_as::<$db, PermissionRecord>(
+            async fn insert_permission_request(&self, new: &NewPermissionRequest, at: Micros) -> RepoResult<(PermissionRecord, MessageRecord)> {
+                let mut tx = self.write_tx().await?;
+                let request = sqlx::query_as::<$db, PermissionRecord>(
                     "INSERT INTO permission_requests (id, session_id, task_id, turn_id, tool_call, options, \
                      status, outcome, created_at, resolved_at) \
                      SELECT $1, t.session_id, t.task_id, t.id, $4, $5, 'pending', NULL, $6, NULL \
@@ -772,9 +773,25 @@ macro_rules! impl_repository {
                 .bind(&new.tool_call)
                 .bind(&new.options)
                 .bind(at)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *tx)
                 .await?
-                .ok_or_else(|| RepoError::NotFound(format!("turn {} of session {}", new.turn_id, new.session_id)))
+                .ok_or_else(|| RepoError::NotFound(format!("turn {} of session {}", new.turn_id, new.session_id)))?;
+                let message = sqlx::query_as::<$db, MessageRecord>(stmt!(
+                    "INSERT INTO messages ({MESSAGE_COLUMNS}) \
+                     VALUES ($1, $2, $3, $4, 'agent', 'permission_request', $5, $6, $7, $7) \
+                     RETURNING {MESSAGE_COLUMNS}"
+                ))
+                .bind(new_id())
+                .bind(&request.session_id)
+                .bind(&request.task_id)
+                .bind(&request.turn_id)
+                .bind(&new.message_content)
+                .bind(&request.id)
+                .bind(at)
+                .fetch_one(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok((request, message))
             }
 
             async fn get_permission_request(&self, id: &str) -> RepoResult<Option<PermissionRecord>> {

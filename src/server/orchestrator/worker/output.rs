@@ -124,7 +124,8 @@ impl Worker {
             .as_str()
             .unwrap_or("a tool call")
             .to_string();
-        let request = self
+        self.stream.break_here();
+        let (request, message) = self
             .state
             .repo
             .insert_permission_request(
@@ -133,20 +134,14 @@ impl Worker {
                     turn_id,
                     tool_call: ask.tool_call.to_string(),
                     options: ask.options.to_string(),
+                    message_content: format!("Permission requested: {title}"),
                 },
                 self.state.clock.now(),
             )
             .await?;
         self.state.runtime.permissions.put(&request.id, ask.reply);
         self.permissions.push(request.id.clone());
-        self.stream.break_here();
-        self.append(
-            MessageAuthor::Agent,
-            MessageKind::PermissionRequest,
-            format!("Permission requested: {title}"),
-            Some(request.id.clone()),
-        )
-        .await?;
+        publish::message(&self.state, publish::MessageEvent::Added, &message).await;
         publish::permission_requested(&self.state, &request);
         Ok(())
     }
