@@ -7,6 +7,7 @@ pub mod clarification;
 pub mod config;
 pub mod events;
 pub mod hooks;
+pub mod mailbox;
 pub mod markdown;
 pub mod metrics;
 pub mod orchestrator;

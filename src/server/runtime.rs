@@ -210,7 +210,7 @@ pub struct Runtime {
     /// permission request id → the agent's pending `session/request_permission`.
     pub permissions: Slots<oneshot::Sender<Option<String>>>,
     /// session id → its worker.
-    pub workers: Mutex<HashMap<String, crate::server::orchestrator::worker::SessionHandle>>,
+    pub workers: Mutex<HashMap<String, crate::server::mailbox::SessionHandle>>,
     pub agents: AgentSlots,
     pub counters: SessionCounters,
 }

@@ -7,14 +7,14 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::stream::StreamMerge;
 use crate::model::AppError;
 use crate::server::agents::{AgentConnection, AgentEvent};
+pub use crate::server::mailbox::{Command, IdleMark, PromptAccepted, SessionHandle};
 use crate::server::repo::RepoError;
 use crate::server::state::AppState;
 
@@ -26,31 +26,6 @@ mod turns;
 pub const MAX_QUEUED_PROMPTS: usize = 32;
 /// Commands a worker may have waiting.
 const COMMAND_BUFFER: usize = 64;
-
-/// What `POST /sessions/{id}/prompt` reports.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct PromptAccepted {
-    pub queued: bool,
-    /// The new turn when it started at once.
-    pub turn_id: Option<String>,
-    pub queue_position: Option<usize>,
-}
-
-pub enum Command {
-    Prompt {
-        content: String,
-        reply: oneshot::Sender<Result<PromptAccepted, AppError>>,
-    },
-    /// An owed resume may be waiting (after an answer, at start-up): deliver it when idle.
-    DeliverOwed,
-    /// Relaunch the agent if needed and deliver what is owed; replies whether a resume began.
-    Retry {
-        reply: oneshot::Sender<Result<bool, AppError>>,
-    },
-    Cancel,
-    /// Stop the agent if it is idle: another session needs its slot (`--max-agents`).
-    Release,
-}
 
 /// Why the worker could not do something.
 #[derive(Debug, thiserror::Error)]
@@ -69,46 +44,6 @@ impl From<WorkerError> for AppError {
             WorkerError::Agent(reason) => AppError::Unavailable(reason),
         }
     }
-}
-
-#[derive(Clone)]
-pub struct SessionHandle {
-    tx: mpsc::Sender<Command>,
-    stop: CancellationToken,
-    /// Commands sent and not yet handled, plus one while the worker handles anything.
-    busy: Arc<AtomicUsize>,
-    /// How many commands and agent events the worker has started to handle.
-    handled: Arc<AtomicU64>,
-}
-
-impl SessionHandle {
-    pub fn send(&self, command: Command) -> Result<(), AppError> {
-        self.busy.fetch_add(1, Ordering::SeqCst);
-        self.tx.try_send(command).map_err(|e| {
-            self.busy.fetch_sub(1, Ordering::SeqCst);
-            match e {
-                mpsc::error::TrySendError::Full(_) => {
-                    AppError::Unavailable("the session is busy; try again in a moment".into())
-                }
-                mpsc::error::TrySendError::Closed(_) => {
-                    AppError::Unavailable("the session worker has stopped".into())
-                }
-            }
-        })
-    }
-
-    fn is_alive(&self) -> bool {
-        !self.tx.is_closed() && !self.stop.is_cancelled()
-    }
-}
-
-/// A mark of an idle worker: equal marks taken before and after reading the database prove
-/// that the worker handled nothing in between (tests use it to find quiescent points; the
-/// agent itself only acts within an open turn, which the database shows).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdleMark {
-    worker: usize,
-    handled: u64,
 }
 
 /// `Some` when the session's worker has nothing to do right now: no command waiting or being
