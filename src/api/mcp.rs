@@ -120,7 +120,8 @@ impl ServerHandler for AskServer {
             Ok(ask) => ask,
             Err(rule) => {
                 return Ok(tool_error(format!(
-                    "invalid ask_user_question input: {rule}"
+                    "invalid ask_user_question input: {}",
+                    rule.message()
                 )));
             }
         };
@@ -148,7 +149,9 @@ impl ServerHandler for AskServer {
                 "no answer yet ({reason}); the question stays open for the user"
             )),
             AskOutcome::Ended(reason) => tool_error(format!("no answer: {reason}")),
-            AskOutcome::Failed(e) => tool_error(format!("the question could not be asked: {e}")),
+            AskOutcome::Failed(e) => {
+                tool_error(format!("the question could not be asked: {}", e.message()))
+            }
         })
     }
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::model::Response;
+use crate::server::agents::AgentError;
 
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
@@ -93,7 +94,7 @@ impl AgentSlots {
 
     /// Admits `session` as busy. `Ok(Some(victim))`: the idle agent of `victim` must stop to
     /// make room (its slot is already given away). `Err`: every agent is busy.
-    pub fn admit(&self, session: &str) -> Result<Option<String>, String> {
+    pub fn admit(&self, session: &str) -> Result<Option<String>, AgentError> {
         let mut running = self.running.lock().expect("agents lock");
         if running.contains_key(session) || running.len() < self.max {
             running.insert(session.to_string(), None);
@@ -110,10 +111,10 @@ impl AgentSlots {
                 running.insert(session.to_string(), None);
                 Ok(Some(v))
             }
-            None => Err(format!(
+            None => Err(AgentError(format!(
                 "{} agents are busy (the limit of --max-agents); try again when one finishes",
                 self.max
-            )),
+            ))),
         }
     }
 

@@ -17,6 +17,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
+use super::AgentError;
 use super::process::{self, StderrTail};
 
 /// Agent events the worker may fall behind by before the agent waits (backpressure).
@@ -129,7 +130,7 @@ impl Drop for AgentConnection {
 pub async fn launch(
     spec: LaunchSpec,
     start_timeout: std::time::Duration,
-) -> Result<(AgentConnection, mpsc::Receiver<AgentEvent>), String> {
+) -> Result<(AgentConnection, mpsc::Receiver<AgentEvent>), AgentError> {
     let (events, events_rx) = mpsc::channel(EVENT_BUFFER);
     type Out = Box<dyn futures::AsyncWrite + Send + Unpin>;
     type In = Box<dyn futures::AsyncRead + Send + Unpin>;
@@ -276,7 +277,7 @@ pub async fn launch(
         )),
         Ok(Err(reason)) => {
             let _ = stop_tx.send(());
-            Err(tail.explain(&reason))
+            Err(tail.explain(&reason.0).into())
         }
         Err(_) => {
             let _ = stop_tx.send(());
@@ -284,10 +285,12 @@ pub async fn launch(
                 // Now, not when the connection notices: the agent may ignore its closed pipes.
                 process::kill_group(pid);
             }
-            Err(tail.explain(&format!(
-                "the agent did not complete the ACP handshake within {} s; it was stopped",
-                start_timeout.as_secs()
-            )))
+            Err(tail
+                .explain(&format!(
+                    "the agent did not complete the ACP handshake within {} s; it was stopped",
+                    start_timeout.as_secs()
+                ))
+                .into())
         }
     }
 }
@@ -338,7 +341,7 @@ impl Runner {
 async fn handshake(
     conn_rx: oneshot::Receiver<v1::ConnectionTo<Agent>>,
     spec: &LaunchSpec,
-) -> Result<(v1::ConnectionTo<Agent>, SessionId), String> {
+) -> Result<(v1::ConnectionTo<Agent>, SessionId), AgentError> {
     let cx = conn_rx
         .await
         .map_err(|_| "agent connection ended during start-up".to_string())?;

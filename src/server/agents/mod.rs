@@ -5,6 +5,24 @@
 mod acp_client;
 pub mod process;
 
+/// Why an agent could not be started or reached. The text is written for the user (it is
+/// shown in the transcript and answered as 503); it never carries database text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AgentError(pub String);
+
+impl From<&str> for AgentError {
+    fn from(reason: &str) -> Self {
+        AgentError(reason.to_string())
+    }
+}
+
+impl From<String> for AgentError {
+    fn from(reason: String) -> Self {
+        AgentError(reason)
+    }
+}
+
 pub use acp_client::{
     AgentConnection, AgentEvent, LaunchSpec, PermissionAsk, PromptFailure, launch,
 };

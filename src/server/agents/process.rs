@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 
+use super::AgentError;
+
 /// Server variables an agent may inherit: enough to find programs and run in the user's
 /// locale. Everything else comes from the agent profile's own `env`.
 const INHERITED: &[&str] = &[
@@ -52,7 +54,7 @@ pub fn spawn(
     args: &[String],
     env: &BTreeMap<String, String>,
     cwd: &Path,
-) -> Result<Child, String> {
+) -> Result<Child, AgentError> {
     Command::new(command)
         .args(args)
         .env_clear()
@@ -64,7 +66,7 @@ pub fn spawn(
         .process_group(0)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("cannot start agent {}: {e}", command.display()))
+        .map_err(|e| AgentError(format!("cannot start agent {}: {e}", command.display())))
 }
 
 /// Kills the whole process group led by `pid` (the agent and everything it started). Call it

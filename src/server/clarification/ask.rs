@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::model::limits::{self, at_most};
-use crate::model::{Answer, Question, QuestionOption, Response};
+use crate::model::{Answer, AppError, Question, QuestionOption, Response};
 
 pub const MAX_QUESTIONS: usize = 4;
 pub const MIN_OPTIONS: usize = 2;
@@ -47,8 +47,13 @@ fn str_field<'a>(
     }
 }
 
-/// Validates the tool arguments. Every error names the offending field and the rule.
-pub fn parse_ask(args: &Value) -> Result<Ask, String> {
+/// Validates the tool arguments: a 400-class error whose message names the offending field
+/// and the rule (the MCP edge answers it as a tool error).
+pub fn parse_ask(args: &Value) -> Result<Ask, AppError> {
+    validate(args).map_err(AppError::BadRequest)
+}
+
+fn validate(args: &Value) -> Result<Ask, String> {
     let obj = args
         .as_object()
         .ok_or("arguments must be an object with `questions`")?;
@@ -248,7 +253,8 @@ mod tests {
         ];
         for (input, needle) in cases {
             let err = parse_ask(&input).unwrap_err();
-            assert!(err.contains(needle), "{input}: {err}");
+            assert_eq!(err.status(), 400);
+            assert!(err.message().contains(needle), "{input}: {err}");
         }
     }
 

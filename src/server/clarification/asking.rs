@@ -7,9 +7,9 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::ask::{Ask, tool_output};
-use crate::model::SessionState;
+use crate::model::{AppError, SessionState};
 use crate::server::orchestrator::{publish, sessions};
-use crate::server::repo::{NewAsk, SessionRecord};
+use crate::server::repo::{NewAsk, RepoResult, SessionRecord};
 use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
 
@@ -23,7 +23,8 @@ pub enum AskOutcome {
     /// The question is not (or no longer) the session's to ask: its turn was superseded or
     /// closed, or an identical call took the wait over.
     Ended(&'static str),
-    Failed(String),
+    /// The repository failed; the error carries no database text (it is logged).
+    Failed(AppError),
 }
 
 /// Why an ask is refused when the agent's turn is no longer current (L6).
@@ -67,7 +68,7 @@ where
                 }
                 Err(e) => {
                     state.runtime.waiters.take(&id);
-                    return AskOutcome::Failed(e);
+                    return AskOutcome::Failed(e.into());
                 }
             }
             // A resume owed for an earlier answer may have become current between the read
@@ -78,7 +79,7 @@ where
             }
             id
         }
-        Err(e) => return AskOutcome::Failed(e),
+        Err(e) => return AskOutcome::Failed(e.into()),
     };
     let keepalive = state.runtime.config.ask_keepalive;
     let deadline = tokio::time::sleep(state.runtime.config.ask_timeout);
@@ -174,13 +175,9 @@ async fn existing_identical(
     state: &AppState,
     session: &SessionRecord,
     ask: &Ask,
-) -> Result<Option<String>, String> {
+) -> RepoResult<Option<String>> {
     let key = ask.dedup_key();
-    let active = state
-        .repo
-        .active_bundles(&session.id)
-        .await
-        .map_err(|e| e.to_string())?;
+    let active = state.repo.active_bundles(&session.id).await?;
     Ok(active
         .into_iter()
         .find(|b| b.record.dedup_key == key)
@@ -196,7 +193,7 @@ async fn write(
     session: &SessionRecord,
     ask: &Ask,
     pending_id: &str,
-) -> Result<bool, String> {
+) -> RepoResult<bool> {
     let new = NewAsk {
         pending_id: pending_id.to_string(),
         session_id: session.id.clone(),
@@ -208,8 +205,7 @@ async fn write(
     let Some(written) = state
         .repo
         .ask_in_current_turn(&new, state.clock.now())
-        .await
-        .map_err(|e| e.to_string())?
+        .await?
     else {
         return Ok(false);
     };

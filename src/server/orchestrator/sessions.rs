@@ -8,9 +8,9 @@ use tokio::sync::oneshot;
 
 use super::profiles::MOCK_PROFILE;
 use super::publish;
-use super::worker::{self, Command, PromptAccepted};
+use super::worker::{self, Command, PromptAccepted, WorkerError};
 use crate::model::{AppError, SessionState};
-use crate::server::agents::LaunchSpec;
+use crate::server::agents::{AgentError, LaunchSpec};
 use crate::server::repo::{NewSession, RepoError, SessionRecord};
 use crate::server::state::AppState;
 
@@ -60,20 +60,14 @@ pub async fn set_state(
 pub async fn launch_spec(
     state: &AppState,
     session: &SessionRecord,
-) -> Result<(LaunchSpec, String), String> {
+) -> Result<(LaunchSpec, String), WorkerError> {
     let profile = match &session.agent_profile_id {
-        Some(id) => state
-            .repo
-            .get_agent_profile(id)
-            .await
-            .map_err(|e| e.to_string())?,
-        None => state
-            .repo
-            .get_agent_profile_by_name(MOCK_PROFILE)
-            .await
-            .map_err(|e| e.to_string())?,
+        Some(id) => state.repo.get_agent_profile(id).await?,
+        None => state.repo.get_agent_profile_by_name(MOCK_PROFILE).await?,
     }
-    .ok_or("the session's agent profile no longer exists")?;
+    .ok_or(AgentError::from(
+        "the session's agent profile no longer exists",
+    ))?;
     let is_mock = profile.name == MOCK_PROFILE;
     let command = if is_mock {
         state.runtime.config.mock_agent.clone()
@@ -83,7 +77,7 @@ pub async fn launch_spec(
     let token = new_token();
     let hash = hash_token(&token);
     std::fs::create_dir_all(&state.runtime.config.workdir)
-        .map_err(|e| format!("cannot create the agent workdir: {e}"))?;
+        .map_err(|e| AgentError(format!("cannot create the agent workdir: {e}")))?;
     let spec = LaunchSpec {
         command,
         args: profile.args_list(),

@@ -30,8 +30,9 @@ impl Worker {
                 let timeout = self.state.runtime.config.agent_start_timeout;
                 tokio::select! {
                     r = agents::launch(spec, timeout) => r.map(|(c, rx)| (c, rx, token_hash)),
-                    _ = self.stop.cancelled() => Err("the session is stopping".to_string()),
+                    _ = self.stop.cancelled() => Err("the session is stopping".into()),
                 }
+                .map_err(WorkerError::Agent)
             }
             Err(e) => Err(e),
         };
@@ -62,7 +63,7 @@ impl Worker {
                         .await;
                     self.log("cannot revoke the MCP token", r);
                 }
-                Err(WorkerError::Agent(reason))
+                Err(reason)
             }
         }
     }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::stream::StreamMerge;
 use crate::model::AppError;
-use crate::server::agents::{AgentConnection, AgentEvent};
+use crate::server::agents::{AgentConnection, AgentError, AgentEvent};
 pub use crate::server::mailbox::{Command, IdleMark, PromptAccepted, SessionHandle};
 use crate::server::repo::RepoError;
 use crate::server::state::AppState;
@@ -33,15 +33,15 @@ pub enum WorkerError {
     #[error(transparent)]
     Repo(#[from] RepoError),
     /// The agent could not be started or reached; the text is shown to the user.
-    #[error("{0}")]
-    Agent(String),
+    #[error(transparent)]
+    Agent(#[from] AgentError),
 }
 
 impl From<WorkerError> for AppError {
     fn from(e: WorkerError) -> Self {
         match e {
             WorkerError::Repo(e) => e.into(),
-            WorkerError::Agent(reason) => AppError::Unavailable(reason),
+            WorkerError::Agent(reason) => AppError::Unavailable(reason.0),
         }
     }
 }
