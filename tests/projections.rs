@@ -145,7 +145,7 @@ impl Story {
         b.pending_id
     }
 
-    async fn summary(&self) -> Option<StoredSummary> {
+    async fn summary(&self) -> Option<SummaryRecord> {
         self.state.repo.get_summary(&self.task).await.unwrap()
     }
 }

@@ -126,7 +126,7 @@ impl World {
             .collect()
     }
 
-    async fn bundle(&self, pending_id: &str) -> StoredBundle {
+    async fn bundle(&self, pending_id: &str) -> BundleView {
         self.repo
             .get_bundle(pending_id)
             .await

@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::model::{Answer, AppError, BundleStatus, Response};
 use crate::server::hooks::Point;
 use crate::server::orchestrator::{permissions, publish, worker, workflow};
-use crate::server::repo::{BundleRecord, Claim, ClaimOutcome, RepoError, StoredBundle};
+use crate::server::repo::{BundleRecord, BundleView, Claim, ClaimOutcome, RepoError};
 use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
 use crate::server::summary::projector::{Scope, refresh_task};
@@ -36,7 +36,7 @@ pub struct Responded {
 }
 
 /// L12: the response fits the bundle's questions. Nothing is written before this passes.
-pub fn validate(bundle: &StoredBundle, body: &RespondBody) -> Result<(bool, Vec<Answer>), String> {
+pub fn validate(bundle: &BundleView, body: &RespondBody) -> Result<(bool, Vec<Answer>), String> {
     let rejected = body.rejected.unwrap_or(false);
     if rejected {
         if body.answers.as_ref().is_some_and(|a| !a.is_empty()) {
@@ -157,7 +157,7 @@ pub async fn respond(
     if let Some(waiter) = state.runtime.waiters.take(pending_id) {
         if let Err(e) = finalize(state, pending_id).await {
             drop(waiter); // the call waits on; the question is pending again
-            return Err(undo(state, &record, e.to_string(), true).await);
+            return Err(undo(state, &record, e.to_string(), Undo::Announce).await);
         }
         finalized = true;
         match waiter.send(WaiterMsg::Answer(response)) {
@@ -172,7 +172,7 @@ pub async fn respond(
     if rejected {
         // L16: persisted, barrier released, the agent is not woken.
         if !finalized && let Err(e) = finalize(state, pending_id).await {
-            return Err(undo(state, &record, e.to_string(), true).await);
+            return Err(undo(state, &record, e.to_string(), Undo::Announce).await);
         }
         publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
         publish::bundles_by_id(
@@ -208,12 +208,12 @@ pub async fn respond(
         Ok(None) => {
             // The session ended between the claim and now: nothing can be delivered. Put the
             // bundle back as it was (I5: a 409 leaves nothing changed and publishes nothing).
-            let _ = undo(state, &record, "the session ended".into(), false).await;
+            let _ = undo(state, &record, "the session ended".into(), Undo::Quietly).await;
             return Err(AppError::Conflict(format!(
                 "clarification {pending_id} can no longer be answered: its session ended"
             )));
         }
-        Err(e) => return Err(undo(state, &record, e.to_string(), true).await),
+        Err(e) => return Err(undo(state, &record, e.to_string(), Undo::Announce).await),
     }
     publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
     // The worker hears of the owed answer before the agent can react to the release below:
@@ -280,17 +280,25 @@ async fn finalize(state: &AppState, pending_id: &str) -> Result<(), RepoError> {
     state.repo.finalize_delivery(pending_id).await.map(|_| ())
 }
 
+/// Whether an undone claim is announced (restored event and summary refresh), or quietly put
+/// back because nothing was ever visible (I5: a 409 publishes nothing).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Undo {
+    Announce,
+    Quietly,
+}
+
 /// L18: a failure before acceptance undoes the claim (the question is pending and current
 /// again), refreshes the summary and is reported as retryable. If even the undo fails, start-up
 /// recovery restores it (L19); the answer is then not retryable now.
-async fn undo(state: &AppState, record: &BundleRecord, cause: String, announce: bool) -> AppError {
+async fn undo(state: &AppState, record: &BundleRecord, cause: String, how: Undo) -> AppError {
     tracing::warn!(pending_id = %record.pending_id, error = %cause, "answer not accepted; undoing the claim");
     let restored = state
         .repo
         .restore_bundle(&record.pending_id)
         .await
         .unwrap_or(false);
-    if restored && announce {
+    if restored && how == Undo::Announce {
         publish::bundles_by_id(
             state,
             publish::BundleEvent::Restored,
@@ -309,7 +317,7 @@ async fn undo(state: &AppState, record: &BundleRecord, cause: String, announce: 
 }
 
 /// The resume prompt (L17): the question and the answer, as one prompt.
-pub fn resume_prompt(bundle: &StoredBundle, response: &Response) -> String {
+pub fn resume_prompt(bundle: &BundleView, response: &Response) -> String {
     let mut lines = vec![RESUME_MARKER.to_string()];
     for a in &response.answers {
         let question = bundle

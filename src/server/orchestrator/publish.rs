@@ -3,9 +3,7 @@
 
 use crate::model::{Bundle, MessageChange, Notification, PendingSnapshot, Task};
 use crate::server::events::Event;
-use crate::server::repo::{
-    MessageRecord, PermissionRecord, SessionRecord, StoredBundle, TurnRecord,
-};
+use crate::server::repo::{BundleView, MessageRecord, PermissionRecord, SessionRecord, TurnRecord};
 use crate::server::state::AppState;
 
 /// Which `session.message.*`.
@@ -129,7 +127,7 @@ pub fn permission_resolved(state: &AppState, p: &PermissionRecord) {
     );
 }
 
-pub fn bundle(state: &AppState, event: BundleEvent, b: &StoredBundle) {
+pub fn bundle(state: &AppState, event: BundleEvent, b: &BundleView) {
     send(state, event.notification(b.to_dto()));
 }
 

@@ -235,7 +235,7 @@ pub enum CasOutcome {
     },
     /// The expected revision is stale; here is what is stored now.
     Conflict {
-        current: Option<StoredSummary>,
+        current: Option<SummaryRecord>,
     },
 }
 
@@ -251,9 +251,9 @@ pub trait Repository: Send + Sync + 'static {
     async fn current_epoch(&self) -> RepoResult<i64>;
 
     // -- workflows and agent profiles --
-    async fn create_workflow(&self, new: &NewWorkflow, at: Micros) -> RepoResult<WorkflowRecord>;
-    async fn list_workflows(&self) -> RepoResult<Vec<WorkflowRecord>>;
-    async fn default_workflow(&self) -> RepoResult<Option<WorkflowRecord>>;
+    async fn create_workflow(&self, new: &NewWorkflow, at: Micros) -> RepoResult<WorkflowView>;
+    async fn list_workflows(&self) -> RepoResult<Vec<WorkflowView>>;
+    async fn default_workflow(&self) -> RepoResult<Option<WorkflowView>>;
     async fn create_agent_profile(
         &self,
         new: &NewAgentProfile,
@@ -349,7 +349,7 @@ pub trait Repository: Send + Sync + 'static {
         new: &NewBundle,
         at: Micros,
     ) -> RepoResult<(BundleRecord, MessageRecord)>;
-    async fn get_bundle(&self, pending_id: &str) -> RepoResult<Option<StoredBundle>>;
+    async fn get_bundle(&self, pending_id: &str) -> RepoResult<Option<BundleView>>;
     /// Every bundle of the session (any status), oldest first, without questions.
     async fn session_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleRecord>>;
     /// The request and its transcript row, in one transaction: a reader never sees a
@@ -381,11 +381,11 @@ pub trait Repository: Send + Sync + 'static {
     ) -> RepoResult<bool>;
 
     // -- summaries (P3) --
-    async fn get_summary(&self, task_id: &str) -> RepoResult<Option<StoredSummary>>;
+    async fn get_summary(&self, task_id: &str) -> RepoResult<Option<SummaryRecord>>;
     async fn get_summaries(
         &self,
         task_ids: &[String],
-    ) -> RepoResult<HashMap<String, StoredSummary>>;
+    ) -> RepoResult<HashMap<String, SummaryRecord>>;
     /// Compare-and-set on `revision`: `expected = None` creates the row only if absent. Equal
     /// content is not rewritten.
     async fn cas_summary(
@@ -411,7 +411,7 @@ pub trait Repository: Send + Sync + 'static {
     async fn current_turn_id(&self, session_id: &str) -> RepoResult<Option<String>>;
     /// L2 over every session (for `/metrics`).
     async fn count_active_bundles(&self) -> RepoResult<i64>;
-    async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<StoredBundle>>;
+    async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleView>>;
     /// P1 for each id (unknown ids map to `None`); one query, same answer as the scalar forms.
     async fn pending_actions_for_sessions(
         &self,

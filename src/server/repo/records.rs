@@ -1,4 +1,11 @@
-//! Rows as stored. Services turn them into wire types (`crate::model`) with `to_dto`.
+//! What the repository returns. Naming, one suffix per role:
+//! - `…Record`: one table row as stored (`TaskRecord`, `BundleRecord`);
+//! - `…View`: a record with what belongs to it, evaluated when read (`BundleView`: questions
+//!   and L2 activity; `WorkflowView`: the steps);
+//! - `…Row`: a private decode shape inside `repo` (`QuestionRow`, `SummaryRow`);
+//! - `New…`, `…Patch`, `…Write`: inputs (insert, update, compare-and-set).
+//!
+//! Services turn records into wire types (`crate::model`) with `to_dto`.
 
 use crate::model::{
     AgentProfile, Bundle, BundleStatus, Message, MessageAuthor, MessageKind, PendingAction,
@@ -8,7 +15,7 @@ use crate::model::{
 use crate::server::time::{Micros, format_micros};
 
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
-pub struct WorkflowRow {
+pub struct WorkflowRecord {
     pub id: String,
     pub name: String,
     pub is_default: bool,
@@ -25,12 +32,12 @@ pub struct WorkflowStepRecord {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct WorkflowRecord {
-    pub workflow: WorkflowRow,
+pub struct WorkflowView {
+    pub workflow: WorkflowRecord,
     pub steps: Vec<WorkflowStepRecord>,
 }
 
-impl WorkflowRecord {
+impl WorkflowView {
     pub fn to_dto(&self) -> Workflow {
         Workflow {
             id: self.workflow.id.clone(),
@@ -229,7 +236,7 @@ pub struct BundleRecord {
 }
 
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
-pub struct QuestionRow {
+pub(super) struct QuestionRow {
     pub pending_id: String,
     pub position: i64,
     pub question_id: String,
@@ -241,13 +248,13 @@ pub struct QuestionRow {
 
 /// A bundle with its questions and L2 evaluated when it was read.
 #[derive(Clone, Debug, PartialEq)]
-pub struct StoredBundle {
+pub struct BundleView {
     pub record: BundleRecord,
     pub questions: Vec<Question>,
     pub active: bool,
 }
 
-impl StoredBundle {
+impl BundleView {
     pub fn to_dto(&self) -> Bundle {
         let r = &self.record;
         Bundle {
@@ -326,7 +333,7 @@ pub struct SummaryWrite {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct StoredSummary {
+pub struct SummaryRecord {
     pub task_id: String,
     pub revision: i64,
     pub body: SummaryBody,
@@ -334,7 +341,7 @@ pub struct StoredSummary {
     pub updated_at: Micros,
 }
 
-impl StoredSummary {
+impl SummaryRecord {
     pub fn to_dto(&self) -> Summary {
         Summary {
             revision: self.revision,
@@ -354,11 +361,11 @@ pub(super) struct SummaryRow {
 }
 
 impl SummaryRow {
-    pub(super) fn into_stored(self) -> Result<StoredSummary, super::RepoError> {
+    pub(super) fn into_record(self) -> Result<SummaryRecord, super::RepoError> {
         let body = serde_json::from_str(&self.summary).map_err(|e| {
             super::RepoError::Corrupt(format!("summary of task {}: {e}", self.task_id))
         })?;
-        Ok(StoredSummary {
+        Ok(SummaryRecord {
             task_id: self.task_id,
             revision: self.revision,
             body,

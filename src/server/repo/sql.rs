@@ -132,7 +132,7 @@ macro_rules! impl_repository {
         }
 
         impl $repo {
-            async fn load_steps(&self, workflow: WorkflowRow) -> RepoResult<WorkflowRecord> {
+            async fn load_steps(&self, workflow: WorkflowRecord) -> RepoResult<WorkflowView> {
                 let steps = sqlx::query_as::<$db, WorkflowStepRecord>(
                     "SELECT id, workflow_id, position, name, on_turn_complete FROM workflow_steps \
                      WHERE workflow_id = $1 ORDER BY position, id",
@@ -140,7 +140,7 @@ macro_rules! impl_repository {
                 .bind(&workflow.id)
                 .fetch_all(&self.pool)
                 .await?;
-                Ok(WorkflowRecord { workflow, steps })
+                Ok(WorkflowView { workflow, steps })
             }
 
             async fn load_questions(&self, pending_id: &str) -> RepoResult<Vec<crate::model::Question>> {
@@ -154,9 +154,9 @@ macro_rules! impl_repository {
                 questions_from_rows(rows)
             }
 
-            async fn stored_bundle(&self, record: BundleRecord, active: bool) -> RepoResult<StoredBundle> {
+            async fn stored_bundle(&self, record: BundleRecord, active: bool) -> RepoResult<BundleView> {
                 let questions = self.load_questions(&record.pending_id).await?;
-                Ok(StoredBundle { record, questions, active })
+                Ok(BundleView { record, questions, active })
             }
 
             async fn insert_questions(
@@ -204,7 +204,7 @@ macro_rules! impl_repository {
                 .await?)
             }
 
-            async fn fetch_summary(&self, task_id: &str) -> RepoResult<Option<StoredSummary>> {
+            async fn fetch_summary(&self, task_id: &str) -> RepoResult<Option<SummaryRecord>> {
                 sqlx::query_as::<$db, SummaryRow>(
                     "SELECT task_id, revision, summary, invalidated, updated_at \
                      FROM task_status_summaries WHERE task_id = $1",
@@ -212,7 +212,7 @@ macro_rules! impl_repository {
                 .bind(task_id)
                 .fetch_optional(&self.pool)
                 .await?
-                .map(SummaryRow::into_stored)
+                .map(SummaryRow::into_record)
                 .transpose()
             }
         }
@@ -239,7 +239,7 @@ macro_rules! impl_repository {
                     .unwrap_or(0))
             }
 
-            async fn create_workflow(&self, new: &NewWorkflow, at: Micros) -> RepoResult<WorkflowRecord> {
+            async fn create_workflow(&self, new: &NewWorkflow, at: Micros) -> RepoResult<WorkflowView> {
                 if new.name.trim().is_empty() {
                     return Err(RepoError::Invalid("workflow name must not be empty".into()));
                 }
@@ -247,7 +247,7 @@ macro_rules! impl_repository {
                     return Err(RepoError::Invalid("a workflow needs at least one step".into()));
                 }
                 let mut tx = self.write_tx().await?;
-                let workflow = sqlx::query_as::<$db, WorkflowRow>(
+                let workflow = sqlx::query_as::<$db, WorkflowRecord>(
                     "INSERT INTO workflows (id, name, is_default, created_at) VALUES ($1, $2, $3, $4) \
                      RETURNING id, name, is_default, created_at",
                 )
@@ -275,11 +275,11 @@ macro_rules! impl_repository {
                     );
                 }
                 tx.commit().await?;
-                Ok(WorkflowRecord { workflow, steps })
+                Ok(WorkflowView { workflow, steps })
             }
 
-            async fn list_workflows(&self) -> RepoResult<Vec<WorkflowRecord>> {
-                let rows = sqlx::query_as::<$db, WorkflowRow>(
+            async fn list_workflows(&self) -> RepoResult<Vec<WorkflowView>> {
+                let rows = sqlx::query_as::<$db, WorkflowRecord>(
                     "SELECT id, name, is_default, created_at FROM workflows ORDER BY created_at, id",
                 )
                 .fetch_all(&self.pool)
@@ -291,8 +291,8 @@ macro_rules! impl_repository {
                 Ok(out)
             }
 
-            async fn default_workflow(&self) -> RepoResult<Option<WorkflowRecord>> {
-                let row = sqlx::query_as::<$db, WorkflowRow>(
+            async fn default_workflow(&self) -> RepoResult<Option<WorkflowView>> {
+                let row = sqlx::query_as::<$db, WorkflowRecord>(
                     "SELECT id, name, is_default, created_at FROM workflows WHERE is_default = TRUE",
                 )
                 .fetch_optional(&self.pool)
@@ -737,7 +737,7 @@ macro_rules! impl_repository {
                 Ok((bundle, message))
             }
 
-            async fn get_bundle(&self, pending_id: &str) -> RepoResult<Option<StoredBundle>> {
+            async fn get_bundle(&self, pending_id: &str) -> RepoResult<Option<BundleView>> {
                 let row = sqlx::query_as::<$db, BundleWithActivity>(SQL.bundle_with_activity.as_str())
                     .bind(pending_id)
                     .fetch_optional(&self.pool)
@@ -840,11 +840,11 @@ macro_rules! impl_repository {
                 Ok(done.rows_affected() > 0)
             }
 
-            async fn get_summary(&self, task_id: &str) -> RepoResult<Option<StoredSummary>> {
+            async fn get_summary(&self, task_id: &str) -> RepoResult<Option<SummaryRecord>> {
                 self.fetch_summary(task_id).await
             }
 
-            async fn get_summaries(&self, task_ids: &[String]) -> RepoResult<HashMap<String, StoredSummary>> {
+            async fn get_summaries(&self, task_ids: &[String]) -> RepoResult<HashMap<String, SummaryRecord>> {
                 let rows = sqlx::query_as::<$db, SummaryRow>(stmt!(
                     "SELECT task_id, revision, summary, invalidated, updated_at FROM task_status_summaries \
                      WHERE task_id IN ({})",
@@ -853,7 +853,7 @@ macro_rules! impl_repository {
                 .bind(json(task_ids))
                 .fetch_all(&self.pool)
                 .await?;
-                rows.into_iter().map(|r| r.into_stored().map(|s| (s.task_id.clone(), s))).collect()
+                rows.into_iter().map(|r| r.into_record().map(|s| (s.task_id.clone(), s))).collect()
             }
 
             async fn cas_summary(&self, task_id: &str, expected: Option<i64>, body: &SummaryBody, at: Micros) -> RepoResult<CasOutcome> {
@@ -906,7 +906,7 @@ macro_rules! impl_repository {
                 Ok(sqlx::query_scalar::<$db, i64>(SQL.count_active.as_str()).fetch_one(&self.pool).await?)
             }
 
-            async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<StoredBundle>> {
+            async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleView>> {
                 let rows = sqlx::query_as::<$db, BundleRecord>(SQL.active_bundles.as_str())
                     .bind(session_id)
                     .fetch_all(&self.pool)

@@ -8,7 +8,7 @@ use tokio::sync::broadcast::error::RecvError;
 use super::loader::{self, Projection};
 use crate::model::{LastError, SummaryBody};
 use crate::server::events::Event;
-use crate::server::repo::{CasOutcome, RepoError, StoredSummary};
+use crate::server::repo::{CasOutcome, RepoError, SummaryRecord};
 use crate::server::state::AppState;
 use crate::server::time::format_micros;
 
@@ -43,7 +43,7 @@ pub async fn refresh_task(
     task_id: &str,
     scope: Scope,
     preloaded: Option<Projection>,
-) -> Result<StoredSummary, RefreshError> {
+) -> Result<SummaryRecord, RefreshError> {
     refresh_with(state, task_id, scope, preloaded, |_| {}).await
 }
 
@@ -52,7 +52,7 @@ pub async fn record_last_error(
     state: &AppState,
     task_id: &str,
     message: Option<&str>,
-) -> Result<StoredSummary, RefreshError> {
+) -> Result<SummaryRecord, RefreshError> {
     let last_error = message.map(|m| LastError {
         message: m.chars().take(LAST_ERROR_CHARS).collect(),
         occurred_at: format_micros(state.clock.now()),
@@ -72,7 +72,7 @@ async fn refresh_with(
     scope: Scope,
     mut preloaded: Option<Projection>,
     edit: impl Fn(&mut SummaryBody),
-) -> Result<StoredSummary, RefreshError> {
+) -> Result<SummaryRecord, RefreshError> {
     let store_err = |source| RefreshError::Store {
         task_id: task_id.to_string(),
         source,
@@ -109,7 +109,7 @@ async fn refresh_with(
             .map_err(store_err)?
         {
             CasOutcome::Written { revision } => {
-                let written = StoredSummary {
+                let written = SummaryRecord {
                     task_id: task_id.to_string(),
                     revision,
                     body,
@@ -148,7 +148,7 @@ async fn refresh_with(
     })
 }
 
-pub fn summary_event(summary: &StoredSummary) -> Event {
+pub fn summary_event(summary: &SummaryRecord) -> Event {
     Event::from(crate::model::Notification::SummaryUpdated {
         task_id: summary.task_id.clone(),
         status_summary: summary.to_dto(),

@@ -6,13 +6,13 @@ use std::collections::HashMap;
 
 use super::loader::{self, Projection};
 use super::projector::{RefreshError, Scope, refresh_task, summary_event};
-use crate::server::repo::{RepoResult, StoredSummary, SummaryWrite};
+use crate::server::repo::{RepoResult, SummaryRecord, SummaryWrite};
 use crate::server::state::AppState;
 
 /// The outcome for one task.
 #[derive(Debug)]
 pub enum Reconciled {
-    Fresh(StoredSummary),
+    Fresh(SummaryRecord),
     /// The repair failed; readers get no summary, an invalidated flag and the authoritative
     /// pending action.
     Failed(RefreshError),
@@ -81,7 +81,7 @@ pub async fn reconcile(
         for ((scope, w), revision) in chunk.iter().zip(written) {
             let outcome = match revision {
                 Some(revision) => {
-                    let summary = StoredSummary {
+                    let summary = SummaryRecord {
                         task_id: w.task_id.clone(),
                         revision,
                         body: w.body.clone(),
