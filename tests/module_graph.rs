@@ -54,7 +54,7 @@ fn code(text: &str) -> String {
 fn referenced(code: &str, prefix: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let mut rest = code;
-    while let Some(i) = rest.find(&prefix) {
+    while let Some(i) = rest.find(prefix) {
         rest = &rest[i + prefix.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             let end = group.find('}').unwrap_or(group.len());

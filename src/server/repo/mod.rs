@@ -3,23 +3,38 @@
 //! (`sql.rs`). The current-turn authority (L1–L3) lives in `authority.rs` and nowhere else.
 
 pub mod authority;
+mod authority_store;
+mod outbox;
 mod postgres;
+mod profiles;
+mod questions;
 mod records;
+mod sessions;
 mod sql;
 mod sqlite;
+mod summaries;
+mod tasks;
+mod transcript;
+mod workflows;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use async_trait::async_trait;
-
+pub use authority_store::AuthorityStore;
+pub use outbox::OutboxStore;
 pub use postgres::PostgresRepository;
+pub use profiles::ProfileStore;
+pub use questions::QuestionStore;
 pub use records::*;
+pub use sessions::SessionStore;
+pub use sql::{SqlBackend, SqlRepository};
 pub use sqlite::SqliteRepository;
+pub use summaries::SummaryStore;
+pub use tasks::TaskStore;
+pub use transcript::TranscriptStore;
+pub use workflows::WorkflowStore;
 
-use crate::model::{
-    BundleStatus, MessageAuthor, MessageKind, PendingAction, Question, SessionState, SummaryBody,
-};
+use crate::model::{BundleStatus, MessageAuthor, MessageKind, Question, SessionState};
 use crate::server::time::Micros;
 
 #[derive(Debug, thiserror::Error)]
@@ -239,261 +254,23 @@ pub enum CasOutcome {
     },
 }
 
-/// The repository. Object safe: the server holds an `Arc<dyn Repository>`. Every write takes
-/// its timestamp from the caller (services read a [`crate::server::time::Clock`]).
-#[async_trait]
-pub trait Repository: Send + Sync + 'static {
+/// The repository: every area's store, one trait per area (its file holds the trait and its
+/// SQL). Object safe: the server holds an `Arc<dyn Repository>`, on which every area's
+/// methods are callable without importing the area traits. Every write takes its timestamp
+/// from the caller (services read a [`crate::server::time::Clock`]).
+pub trait Repository:
+    WorkflowStore
+    + ProfileStore
+    + TaskStore
+    + SessionStore
+    + TranscriptStore
+    + QuestionStore
+    + SummaryStore
+    + AuthorityStore
+    + OutboxStore
+    + Send
+    + Sync
+    + 'static
+{
     fn backend(&self) -> Backend;
-
-    // -- meta (P9) --
-    /// Atomically increments the projection epoch and returns the new value.
-    async fn bump_epoch(&self) -> RepoResult<i64>;
-    async fn current_epoch(&self) -> RepoResult<i64>;
-
-    // -- workflows and agent profiles --
-    async fn create_workflow(&self, new: &NewWorkflow, at: Micros) -> RepoResult<WorkflowView>;
-    async fn list_workflows(&self) -> RepoResult<Vec<WorkflowView>>;
-    async fn default_workflow(&self) -> RepoResult<Option<WorkflowView>>;
-    async fn create_agent_profile(
-        &self,
-        new: &NewAgentProfile,
-        at: Micros,
-    ) -> RepoResult<AgentProfileRecord>;
-    async fn list_agent_profiles(&self) -> RepoResult<Vec<AgentProfileRecord>>;
-    /// Replaces the profile's fields; `None` when it does not exist.
-    async fn update_agent_profile(
-        &self,
-        id: &str,
-        profile: &NewAgentProfile,
-    ) -> RepoResult<Option<AgentProfileRecord>>;
-    async fn get_agent_profile(&self, id: &str) -> RepoResult<Option<AgentProfileRecord>>;
-    async fn get_agent_profile_by_name(&self, name: &str)
-    -> RepoResult<Option<AgentProfileRecord>>;
-
-    // -- tasks --
-    async fn create_task(&self, new: &NewTask, at: Micros) -> RepoResult<TaskRecord>;
-    async fn get_task(&self, id: &str) -> RepoResult<Option<TaskRecord>>;
-    /// Every task, newest first (start-up reconciliation).
-    async fn list_tasks(&self) -> RepoResult<Vec<TaskRecord>>;
-    /// One page of the task list (most recently updated first).
-    async fn list_tasks_page(&self, filter: &TaskFilter) -> RepoResult<Vec<TaskRecord>>;
-    async fn update_task(
-        &self,
-        id: &str,
-        patch: &TaskPatch,
-        at: Micros,
-    ) -> RepoResult<Option<TaskRecord>>;
-    async fn delete_task(&self, id: &str) -> RepoResult<bool>;
-
-    // -- sessions --
-    async fn create_session(&self, new: &NewSession, at: Micros) -> RepoResult<SessionRecord>;
-    async fn get_session(&self, id: &str) -> RepoResult<Option<SessionRecord>>;
-    /// Newest first.
-    async fn list_sessions(&self, task_id: &str) -> RepoResult<Vec<SessionRecord>>;
-    /// Every session of the given tasks, newest first within a task.
-    async fn sessions_for_tasks(&self, task_ids: &[String]) -> RepoResult<Vec<SessionRecord>>;
-    /// Moves a non-terminal session to `state`; a terminal session never moves again (returns
-    /// `None`). Stamps `started_at` on the first start and `completed_at` on a terminal state;
-    /// a terminal state revokes the MCP token.
-    async fn set_session_state(
-        &self,
-        id: &str,
-        state: SessionState,
-        at: Micros,
-    ) -> RepoResult<Option<SessionRecord>>;
-    async fn set_primary_session(&self, id: &str) -> RepoResult<bool>;
-    /// The session whose MCP bearer token hashes to `hash` (only hashes are stored).
-    async fn get_session_by_token_hash(&self, hash: &str) -> RepoResult<Option<SessionRecord>>;
-    async fn set_acp_session_id(&self, id: &str, acp_session_id: &str) -> RepoResult<bool>;
-    async fn set_mcp_token_hash(&self, id: &str, hash: &str) -> RepoResult<bool>;
-    /// Start-up recovery's work list, oldest first: sessions that were starting or running,
-    /// and waiting sessions with an open turn (owed resumes aside) or an undetached pending
-    /// bundle. An idle session needs nothing, so a boot with 10,000 idle sessions reads one
-    /// list instead of writing to each (B5).
-    async fn sessions_to_recover(&self) -> RepoResult<Vec<SessionRecord>>;
-    /// Completes every open turn of the session except owed resumes; returns their ids.
-    async fn complete_open_turns(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>>;
-
-    // -- turns and messages --
-    async fn insert_turn(&self, new: &NewTurn) -> RepoResult<TurnRecord>;
-    async fn complete_turn(&self, turn_id: &str, at: Micros) -> RepoResult<bool>;
-    async fn get_turn(&self, id: &str) -> RepoResult<Option<TurnRecord>>;
-    /// Ascending (L1 order); unreferenced reservations are hidden.
-    async fn list_turns(&self, session_id: &str) -> RepoResult<Vec<TurnRecord>>;
-    async fn insert_message(&self, new: &NewMessage, at: Micros) -> RepoResult<MessageRecord>;
-    async fn list_messages(
-        &self,
-        session_id: &str,
-        after: Option<&str>,
-        limit: i64,
-    ) -> RepoResult<Vec<MessageRecord>>;
-    /// The newest `limit` messages before message `before` (or the newest overall), ascending.
-    async fn list_messages_before(
-        &self,
-        session_id: &str,
-        before: Option<&str>,
-        limit: i64,
-    ) -> RepoResult<Vec<MessageRecord>>;
-    async fn delete_message(&self, id: &str) -> RepoResult<Option<MessageRecord>>;
-    /// Replaces a message's content (coalescing streamed text into one message per reply).
-    async fn update_message_content(
-        &self,
-        id: &str,
-        content: &str,
-        at: Micros,
-    ) -> RepoResult<Option<MessageRecord>>;
-
-    // -- clarifications and permissions --
-    async fn insert_bundle(
-        &self,
-        new: &NewBundle,
-        at: Micros,
-    ) -> RepoResult<(BundleRecord, MessageRecord)>;
-    async fn get_bundle(&self, pending_id: &str) -> RepoResult<Option<BundleView>>;
-    /// Every bundle of the session (any status), oldest first, without questions.
-    async fn session_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleRecord>>;
-    /// The request and its transcript row, in one transaction: a reader never sees a
-    /// pending permission (P1) without the row that shows it.
-    async fn insert_permission_request(
-        &self,
-        new: &NewPermissionRequest,
-        at: Micros,
-    ) -> RepoResult<(PermissionRecord, MessageRecord)>;
-    async fn get_permission_request(&self, id: &str) -> RepoResult<Option<PermissionRecord>>;
-    /// P1: the newest permission request of `turn_id` (by `created_at`, then `id`).
-    async fn latest_permission_request(
-        &self,
-        session_id: &str,
-        turn_id: &str,
-    ) -> RepoResult<Option<PermissionRecord>>;
-    /// The session's pending permission requests, oldest first.
-    async fn pending_permission_requests(
-        &self,
-        session_id: &str,
-    ) -> RepoResult<Vec<PermissionRecord>>;
-    /// Guarded: only a pending request is resolved.
-    async fn resolve_permission_request(
-        &self,
-        id: &str,
-        status: &str,
-        outcome: Option<&str>,
-        at: Micros,
-    ) -> RepoResult<bool>;
-
-    // -- summaries (P3) --
-    async fn get_summary(&self, task_id: &str) -> RepoResult<Option<SummaryRecord>>;
-    async fn get_summaries(
-        &self,
-        task_ids: &[String],
-    ) -> RepoResult<HashMap<String, SummaryRecord>>;
-    /// Compare-and-set on `revision`: `expected = None` creates the row only if absent. Equal
-    /// content is not rewritten.
-    async fn cas_summary(
-        &self,
-        task_id: &str,
-        expected: Option<i64>,
-        body: &SummaryBody,
-        at: Micros,
-    ) -> RepoResult<CasOutcome>;
-    /// Many [`Repository::cas_summary`] writes in one transaction (one sync instead of one
-    /// per task: boot and list reconciliation, B5). Per write: the new revision, or `None`
-    /// when it lost or had nothing to change — the caller retries that one alone.
-    async fn cas_summaries(
-        &self,
-        writes: &[SummaryWrite],
-        at: Micros,
-    ) -> RepoResult<Vec<Option<i64>>>;
-
-    /// P6: marks the stored summary stale so readers fall back to the authoritative value.
-    async fn invalidate_summary(&self, task_id: &str, at: Micros) -> RepoResult<bool>;
-
-    // -- the current-turn authority (L1–L3, L9–L11, L13, L18, L19); SQL in authority.rs --
-    async fn current_turn_id(&self, session_id: &str) -> RepoResult<Option<String>>;
-    /// L2 over every session (for `/metrics`).
-    async fn count_active_bundles(&self) -> RepoResult<i64>;
-    async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleView>>;
-    /// P1 for each id (unknown ids map to `None`); one query, same answer as the scalar forms.
-    async fn pending_actions_for_sessions(
-        &self,
-        session_ids: &[String],
-    ) -> RepoResult<HashMap<String, Option<PendingAction>>>;
-    /// L9 for every active, attached bundle of the session's current turn; returns what changed.
-    async fn detach_session(&self, session_id: &str) -> RepoResult<Vec<String>>;
-    /// L9/L10 on turn completion: only if `turn_id` is still the session's current turn.
-    async fn detach_turn(&self, turn_id: &str) -> RepoResult<Vec<String>>;
-    /// L9 for one bundle (its tool call was cancelled or timed out).
-    async fn detach_bundle(&self, pending_id: &str) -> RepoResult<bool>;
-    /// L11: pending bundles of the current turn become `expired`; returns what changed.
-    async fn expire_session(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>>;
-    /// L13: one compare-and-set from active to answered/rejected with `delivery_pending`.
-    async fn claim_bundle(
-        &self,
-        pending_id: &str,
-        claim: &Claim,
-        at: Micros,
-    ) -> RepoResult<ClaimOutcome>;
-    /// L18: undo a claim that was not accepted (only while still current and undelivered).
-    async fn restore_bundle(&self, pending_id: &str) -> RepoResult<bool>;
-    async fn finalize_delivery(&self, pending_id: &str) -> RepoResult<bool>;
-    /// L19: a resume turn that is not authoritative until attempted or referenced.
-    async fn reserve_turn(
-        &self,
-        session_id: &str,
-        pending_id: &str,
-        at: Micros,
-    ) -> RepoResult<TurnRecord>;
-    async fn mark_attempted(&self, turn_id: &str) -> RepoResult<bool>;
-    async fn publish_turn(&self, turn_id: &str) -> RepoResult<bool>;
-    /// L19 start-up: every resume turn still marked `reserved` or `attempted`.
-    async fn unpublished_reservations(&self) -> RepoResult<Vec<TurnRecord>>;
-    /// L19 start-up: bundles whose claimed answer was never handed over.
-    async fn bundles_pending_delivery(&self) -> RepoResult<Vec<BundleRecord>>;
-    /// Deletes a reservation that was never attempted nor referenced (L18/L19).
-    async fn delete_reservation(&self, turn_id: &str) -> RepoResult<bool>;
-
-    // -- the owed-resume outbox (L17/L18) --
-    /// L6/L7 in one transaction; `None` when the session's current turn is closed, an owed
-    /// resume, or the session is terminal (the agent's turn was superseded: nothing written).
-    async fn ask_in_current_turn(&self, new: &NewAsk, at: Micros)
-    -> RepoResult<Option<AskWritten>>;
-    /// L18 acceptance: the answered bundle's resume becomes owed (a turn marked attempted with
-    /// its prompt) and its delivery marker is cleared, in one transaction. `None` when the
-    /// session is terminal, the bundle is not answered, or a resume is already owed for it.
-    async fn owe_resume(
-        &self,
-        pending_id: &str,
-        prompt: &str,
-        at: Micros,
-    ) -> RepoResult<Option<TurnRecord>>;
-    /// Owed resumes of the session, oldest first.
-    async fn owed_resumes(&self, session_id: &str) -> RepoResult<Vec<TurnRecord>>;
-    /// Every non-terminal session with an owed resume (start-up delivers them).
-    async fn sessions_with_owed_resumes(&self) -> RepoResult<Vec<SessionRecord>>;
-    /// Hands an owed resume to the agent: one compare-and-set (exactly once), only while it is
-    /// the current turn of a non-terminal session; `started_at` becomes `at` (L1).
-    async fn dispatch_resume(&self, turn_id: &str, at: Micros) -> RepoResult<bool>;
-
-    // -- workflow (N3) --
-    /// The completion of `turn_id` found an active question: its step action waits.
-    async fn defer_workflow(&self, turn_id: &str) -> RepoResult<bool>;
-    /// Takes the deferred step action of `turn_id` (compare-and-set: at most once).
-    async fn take_deferred_workflow(&self, turn_id: &str) -> RepoResult<bool>;
-    /// Moves the task from step `from` to step `to`; false when it is no longer on `from`.
-    async fn move_task_step(
-        &self,
-        task_id: &str,
-        from: &str,
-        to: &str,
-        at: Micros,
-    ) -> RepoResult<bool>;
-
-    // -- agent lifetime (N6, MCP tokens) --
-    /// Cancels pending permission requests (of one session, or all); returns what changed.
-    async fn cancel_permissions(
-        &self,
-        session_id: Option<&str>,
-        at: Micros,
-    ) -> RepoResult<Vec<PermissionRecord>>;
-    /// Revokes the session's MCP token if it is still `hash` (the agent that held it ended).
-    async fn revoke_mcp_token(&self, session_id: &str, hash: &str) -> RepoResult<bool>;
 }

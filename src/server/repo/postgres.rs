@@ -2,18 +2,26 @@
 
 use std::time::Duration;
 
+use sqlx::Postgres;
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{Pool, Postgres, Transaction};
 
+use super::sql::{RowsAffected, SqlBackend, SqlRepository};
 use super::{Backend, RepoResult};
 
-pub struct PostgresRepository {
-    pool: Pool<Postgres>,
+pub type PostgresRepository = SqlRepository<Postgres>;
+
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self)
+    }
+}
+
+impl SqlBackend for Postgres {
+    const KIND: Backend = Backend::Postgres;
+    const BEGIN_WRITE: &'static str = "BEGIN";
 }
 
 impl PostgresRepository {
-    pub const BACKEND: Backend = Backend::Postgres;
-
     pub async fn connect(url: &str) -> RepoResult<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(10)
@@ -23,10 +31,4 @@ impl PostgresRepository {
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
         Ok(Self { pool })
     }
-
-    async fn write_tx(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        self.pool.begin().await
-    }
 }
-
-super::sql::impl_repository!(PostgresRepository, Postgres);

@@ -2,7 +2,8 @@
 //! - `…Record`: one table row as stored (`TaskRecord`, `BundleRecord`);
 //! - `…View`: a record with what belongs to it, evaluated when read (`BundleView`: questions
 //!   and L2 activity; `WorkflowView`: the steps);
-//! - `…Row`: a private decode shape inside `repo` (`QuestionRow`, `SummaryRow`);
+//! - `…Row`: a decode shape the repository reads rows into before making a record or view
+//!   (`QuestionRow`, `SummaryRow`; public only because the generic SQL names them in bounds);
 //! - `New…`, `…Patch`, `…Write`: inputs (insert, update, compare-and-set).
 //!
 //! Services turn records into wire types (`crate::model`) with `to_dto`.
@@ -236,7 +237,7 @@ pub struct BundleRecord {
 }
 
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
-pub(super) struct QuestionRow {
+pub struct QuestionRow {
     pub pending_id: String,
     pub position: i64,
     pub question_id: String,
@@ -352,7 +353,7 @@ impl SummaryRecord {
 }
 
 #[derive(Clone, Debug, sqlx::FromRow)]
-pub(super) struct SummaryRow {
+pub struct SummaryRow {
     pub task_id: String,
     pub revision: i64,
     pub summary: String,
@@ -361,7 +362,7 @@ pub(super) struct SummaryRow {
 }
 
 impl SummaryRow {
-    pub(super) fn into_record(self) -> Result<SummaryRecord, super::RepoError> {
+    pub fn into_record(self) -> Result<SummaryRecord, super::RepoError> {
         let body = serde_json::from_str(&self.summary).map_err(|e| {
             super::RepoError::Corrupt(format!("summary of task {}: {e}", self.task_id))
         })?;

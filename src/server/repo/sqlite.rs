@@ -4,18 +4,26 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Pool, Sqlite, Transaction};
 
+use super::sql::{RowsAffected, SqlBackend, SqlRepository};
 use super::{Backend, RepoResult};
 
-pub struct SqliteRepository {
-    pool: Pool<Sqlite>,
+pub type SqliteRepository = SqlRepository<Sqlite>;
+
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self)
+    }
+}
+
+impl SqlBackend for Sqlite {
+    const KIND: Backend = Backend::Sqlite;
+    const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
 }
 
 impl SqliteRepository {
-    pub const BACKEND: Backend = Backend::Sqlite;
-
     /// `url` is `sqlite:<path>` (created if missing) or `sqlite::memory:`.
     pub async fn connect(url: &str) -> RepoResult<Self> {
         let memory = url.contains(":memory:");
@@ -40,10 +48,4 @@ impl SqliteRepository {
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
         Ok(Self { pool })
     }
-
-    async fn write_tx(&self) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
-        self.pool.begin_with("BEGIN IMMEDIATE").await
-    }
 }
-
-super::sql::impl_repository!(SqliteRepository, Sqlite);

@@ -1,0 +1,219 @@
+//! The current-turn authority (L1–L3) and the writes it guards: detach, expiry, claim and its undo (L9–L13, L18). The SQL fragments are defined once in `authority.rs`.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Row, Type};
+
+use super::authority::{BUNDLE_COLUMNS, SQL};
+use super::sql::{RowsAffected, SqlBackend, SqlRepository, json, stmt};
+use super::{BundleRecord, BundleView, Claim, ClaimOutcome, QuestionRow, RepoError, RepoResult};
+use crate::model::{BundleStatus, PendingAction};
+use crate::server::time::Micros;
+
+#[async_trait]
+pub trait AuthorityStore: Send + Sync {
+    async fn current_turn_id(&self, session_id: &str) -> RepoResult<Option<String>>;
+
+    /// L2 over every session (for `/metrics`).
+    async fn count_active_bundles(&self) -> RepoResult<i64>;
+
+    async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleView>>;
+
+    /// P1 for each id (unknown ids map to `None`); one query, same answer as the scalar forms.
+    async fn pending_actions_for_sessions(
+        &self,
+        session_ids: &[String],
+    ) -> RepoResult<HashMap<String, Option<PendingAction>>>;
+
+    /// L9 for every active, attached bundle of the session's current turn; returns what changed.
+    async fn detach_session(&self, session_id: &str) -> RepoResult<Vec<String>>;
+
+    /// L9/L10 on turn completion: only if `turn_id` is still the session's current turn.
+    async fn detach_turn(&self, turn_id: &str) -> RepoResult<Vec<String>>;
+
+    /// L9 for one bundle (its tool call was cancelled or timed out).
+    async fn detach_bundle(&self, pending_id: &str) -> RepoResult<bool>;
+
+    /// L11: pending bundles of the current turn become `expired`; returns what changed.
+    async fn expire_session(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>>;
+
+    /// L13: one compare-and-set from active to answered/rejected with `delivery_pending`.
+    async fn claim_bundle(
+        &self,
+        pending_id: &str,
+        claim: &Claim,
+        at: Micros,
+    ) -> RepoResult<ClaimOutcome>;
+
+    /// L18: undo a claim that was not accepted (only while still current and undelivered).
+    async fn restore_bundle(&self, pending_id: &str) -> RepoResult<bool>;
+
+    async fn finalize_delivery(&self, pending_id: &str) -> RepoResult<bool>;
+}
+
+#[async_trait]
+impl<DB> AuthorityStore for SqlRepository<DB>
+where
+    DB: SqlBackend,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'r> BundleRecord: FromRow<'r, DB::Row>,
+    for<'r> QuestionRow: FromRow<'r, DB::Row>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+    for<'s> &'s str: ColumnIndex<DB::Row>,
+{
+    async fn current_turn_id(&self, session_id: &str) -> RepoResult<Option<String>> {
+        Ok(
+            sqlx::query_scalar::<DB, Option<String>>(SQL.current_turn_id.as_str())
+                .bind(session_id)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn count_active_bundles(&self) -> RepoResult<i64> {
+        Ok(sqlx::query_scalar::<DB, i64>(SQL.count_active.as_str())
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleView>> {
+        let rows = sqlx::query_as::<DB, BundleRecord>(SQL.active_bundles.as_str())
+            .bind(session_id)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            out.push(self.bundle_view(r, true).await?);
+        }
+        Ok(out)
+    }
+
+    async fn pending_actions_for_sessions(
+        &self,
+        session_ids: &[String],
+    ) -> RepoResult<HashMap<String, Option<PendingAction>>> {
+        let mut out: HashMap<String, Option<PendingAction>> =
+            session_ids.iter().map(|id| (id.clone(), None)).collect();
+        if session_ids.is_empty() {
+            return Ok(out);
+        }
+        let rows = sqlx::query::<DB>(SQL.pending_actions(DB::KIND))
+            .bind(json(session_ids))
+            .fetch_all(&self.pool)
+            .await?;
+        for row in rows {
+            let id: String = row.try_get("session_id")?;
+            let action: Option<String> = row.try_get("pending_action")?;
+            let action = action
+                .map(|a| a.parse::<PendingAction>())
+                .transpose()
+                .map_err(RepoError::Corrupt)?;
+            out.insert(id, action);
+        }
+        Ok(out)
+    }
+
+    async fn detach_session(&self, session_id: &str) -> RepoResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar::<DB, String>(SQL.detach_session.as_str())
+                .bind(session_id)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn detach_turn(&self, turn_id: &str) -> RepoResult<Vec<String>> {
+        Ok(sqlx::query_scalar::<DB, String>(SQL.detach_turn.as_str())
+            .bind(turn_id)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    async fn detach_bundle(&self, pending_id: &str) -> RepoResult<bool> {
+        Ok(sqlx::query_scalar::<DB, String>(SQL.detach_bundle.as_str())
+            .bind(pending_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_some())
+    }
+
+    async fn expire_session(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar::<DB, String>(SQL.expire_session.as_str())
+                .bind(session_id)
+                .bind(at)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn claim_bundle(
+        &self,
+        pending_id: &str,
+        claim: &Claim,
+        at: Micros,
+    ) -> RepoResult<ClaimOutcome> {
+        if !matches!(
+            claim.status,
+            BundleStatus::Answered | BundleStatus::Rejected
+        ) {
+            return Err(RepoError::Invalid(format!(
+                "a claim answers or rejects, not {}",
+                claim.status
+            )));
+        }
+        let won = sqlx::query_as::<DB, BundleRecord>(SQL.claim_bundle.as_str())
+            .bind(pending_id)
+            .bind(claim.status.as_str())
+            .bind(&claim.response)
+            .bind(&claim.reject_reason)
+            .bind(at)
+            .fetch_optional(&self.pool)
+            .await?;
+        if let Some(record) = won {
+            return Ok(ClaimOutcome::Claimed(record));
+        }
+        let current = sqlx::query_as::<DB, BundleRecord>(stmt!(
+            "SELECT {BUNDLE_COLUMNS} FROM clarification_bundles WHERE pending_id = $1"
+        ))
+        .bind(pending_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(match current {
+            None => ClaimOutcome::NotFound,
+            Some(r) if matches!(r.status, BundleStatus::Answered | BundleStatus::Rejected) => {
+                ClaimOutcome::AlreadyResolved(r)
+            }
+            Some(r) => ClaimOutcome::NotActive(r),
+        })
+    }
+
+    async fn restore_bundle(&self, pending_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(SQL.restore_bundle.as_str())
+            .bind(pending_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn finalize_delivery(&self, pending_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE clarification_bundles SET delivery_pending = FALSE \
+             WHERE pending_id = $1 AND delivery_pending = TRUE",
+        )
+        .bind(pending_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}

@@ -1,0 +1,265 @@
+//! Asking in the current turn (L6/L7), resume reservations (L19) and the owed-resume outbox (L17/L18).
+
+use async_trait::async_trait;
+use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Type};
+
+use super::authority::{BUNDLE_COLUMNS, SQL};
+use super::questions::{insert_question_message, insert_questions};
+use super::sql::{RowsAffected, SESSION_COLUMNS, SqlBackend, SqlRepository, TURN_COLUMNS, stmt};
+use super::{
+    AskWritten, BundleRecord, MessageRecord, NewAsk, RepoError, RepoResult, SessionRecord,
+    TurnRecord, new_id,
+};
+use crate::server::time::Micros;
+
+#[async_trait]
+pub trait OutboxStore: Send + Sync {
+    /// L19: a resume turn that is not authoritative until attempted or referenced.
+    async fn reserve_turn(
+        &self,
+        session_id: &str,
+        pending_id: &str,
+        at: Micros,
+    ) -> RepoResult<TurnRecord>;
+
+    async fn mark_attempted(&self, turn_id: &str) -> RepoResult<bool>;
+
+    async fn publish_turn(&self, turn_id: &str) -> RepoResult<bool>;
+
+    /// L19 start-up: every resume turn still marked `reserved` or `attempted`.
+    async fn unpublished_reservations(&self) -> RepoResult<Vec<TurnRecord>>;
+
+    /// L19 start-up: bundles whose claimed answer was never handed over.
+    async fn bundles_pending_delivery(&self) -> RepoResult<Vec<BundleRecord>>;
+
+    /// Deletes a reservation that was never attempted nor referenced (L18/L19).
+    async fn delete_reservation(&self, turn_id: &str) -> RepoResult<bool>;
+
+    /// L6/L7 in one transaction; `None` when the session's current turn is closed, an owed
+    /// resume, or the session is terminal (the agent's turn was superseded: nothing written).
+    async fn ask_in_current_turn(&self, new: &NewAsk, at: Micros)
+    -> RepoResult<Option<AskWritten>>;
+
+    /// L18 acceptance: the answered bundle's resume becomes owed (a turn marked attempted with
+    /// its prompt) and its delivery marker is cleared, in one transaction. `None` when the
+    /// session is terminal, the bundle is not answered, or a resume is already owed for it.
+    async fn owe_resume(
+        &self,
+        pending_id: &str,
+        prompt: &str,
+        at: Micros,
+    ) -> RepoResult<Option<TurnRecord>>;
+
+    /// Owed resumes of the session, oldest first.
+    async fn owed_resumes(&self, session_id: &str) -> RepoResult<Vec<TurnRecord>>;
+
+    /// Every non-terminal session with an owed resume (start-up delivers them).
+    async fn sessions_with_owed_resumes(&self) -> RepoResult<Vec<SessionRecord>>;
+
+    /// Hands an owed resume to the agent: one compare-and-set (exactly once), only while it is
+    /// the current turn of a non-terminal session; `started_at` becomes `at` (L1).
+    async fn dispatch_resume(&self, turn_id: &str, at: Micros) -> RepoResult<bool>;
+}
+
+#[async_trait]
+impl<DB> OutboxStore for SqlRepository<DB>
+where
+    DB: SqlBackend,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'r> BundleRecord: FromRow<'r, DB::Row>,
+    for<'r> MessageRecord: FromRow<'r, DB::Row>,
+    for<'r> SessionRecord: FromRow<'r, DB::Row>,
+    for<'r> TurnRecord: FromRow<'r, DB::Row>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    async fn reserve_turn(
+        &self,
+        session_id: &str,
+        pending_id: &str,
+        at: Micros,
+    ) -> RepoResult<TurnRecord> {
+        sqlx::query_as::<DB, TurnRecord>(stmt!(
+            "INSERT INTO turns (id, session_id, task_id, started_at, completed_at, created_at, \
+             reservation, resume_pending_id) \
+             SELECT $1, s.id, s.task_id, $3, NULL, $3, 'reserved', $4 FROM sessions s WHERE s.id = $2 \
+             RETURNING {TURN_COLUMNS}"
+        ))
+        .bind(new_id())
+        .bind(session_id)
+        .bind(at)
+        .bind(pending_id)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| RepoError::NotFound(format!("session {session_id}")))
+    }
+
+    async fn mark_attempted(&self, turn_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE turns SET reservation = 'attempted' WHERE id = $1 AND reservation = 'reserved'",
+        )
+        .bind(turn_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn publish_turn(&self, turn_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE turns SET reservation = 'none' WHERE id = $1 AND reservation = 'attempted'",
+        )
+        .bind(turn_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn unpublished_reservations(&self) -> RepoResult<Vec<TurnRecord>> {
+        Ok(sqlx::query_as::<DB, TurnRecord>(stmt!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE reservation <> 'none' ORDER BY started_at, created_at, id"
+        ))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn bundles_pending_delivery(&self) -> RepoResult<Vec<BundleRecord>> {
+        Ok(sqlx::query_as::<DB, BundleRecord>(stmt!(
+            "SELECT {BUNDLE_COLUMNS} FROM clarification_bundles WHERE delivery_pending = TRUE \
+             ORDER BY created_at, pending_id"
+        ))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn delete_reservation(&self, turn_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "DELETE FROM turns WHERE id = $1 AND reservation = 'reserved' \
+             AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.turn_id = turns.id)",
+        )
+        .bind(turn_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn ask_in_current_turn(
+        &self,
+        new: &NewAsk,
+        at: Micros,
+    ) -> RepoResult<Option<AskWritten>> {
+        let mut tx = self.write_tx().await?;
+        let Some(turn_id) = sqlx::query_scalar::<DB, String>(SQL.ask_turn.as_str())
+            .bind(&new.session_id)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let bundle = sqlx::query_as::<DB, BundleRecord>(stmt!(
+            "INSERT INTO clarification_bundles ({BUNDLE_COLUMNS}) \
+             SELECT $1, t.session_id, t.task_id, t.id, 'pending', FALSE, FALSE, $3, $4, NULL, NULL, $5, NULL \
+             FROM turns t WHERE t.id = $2 \
+             RETURNING {BUNDLE_COLUMNS}"
+        ))
+        .bind(&new.pending_id)
+        .bind(&turn_id)
+        .bind(&new.context)
+        .bind(&new.dedup_key)
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await?;
+        insert_questions(&mut tx, &new.pending_id, &new.questions).await?;
+        let message = insert_question_message(&mut tx, &bundle, &new.message_content, at).await?;
+        let Some(session) = sqlx::query_as::<DB, SessionRecord>(stmt!(
+            "UPDATE sessions SET state = 'waiting_for_input' \
+             WHERE id = $1 AND state NOT IN ('completed', 'failed', 'cancelled') \
+             RETURNING {SESSION_COLUMNS}"
+        ))
+        .bind(&new.session_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        tx.commit().await?;
+        Ok(Some(AskWritten {
+            bundle,
+            message,
+            session,
+        }))
+    }
+
+    async fn owe_resume(
+        &self,
+        pending_id: &str,
+        prompt: &str,
+        at: Micros,
+    ) -> RepoResult<Option<TurnRecord>> {
+        let mut tx = self.write_tx().await?;
+        let turn = sqlx::query_as::<DB, TurnRecord>(stmt!(
+            "INSERT INTO turns (id, session_id, task_id, started_at, completed_at, created_at, \
+             reservation, resume_pending_id, resume_prompt) \
+             SELECT $1, b.session_id, b.task_id, $3, NULL, $3, 'attempted', b.pending_id, $4 \
+             FROM clarification_bundles b JOIN sessions s ON s.id = b.session_id \
+             WHERE b.pending_id = $2 AND b.status = 'answered' \
+               AND s.state NOT IN ('completed', 'failed', 'cancelled') \
+               AND NOT EXISTS (SELECT 1 FROM turns r WHERE r.resume_pending_id = b.pending_id) \
+             RETURNING {TURN_COLUMNS}"
+        ))
+        .bind(new_id())
+        .bind(pending_id)
+        .bind(at)
+        .bind(prompt)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if turn.is_some() {
+            sqlx::query::<DB>(
+                "UPDATE clarification_bundles SET delivery_pending = FALSE WHERE pending_id = $1",
+            )
+            .bind(pending_id)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+        }
+        Ok(turn)
+    }
+
+    async fn owed_resumes(&self, session_id: &str) -> RepoResult<Vec<TurnRecord>> {
+        Ok(sqlx::query_as::<DB, TurnRecord>(stmt!(
+            "SELECT {TURN_COLUMNS} FROM turns \
+             WHERE session_id = $1 AND reservation = 'attempted' AND resume_prompt IS NOT NULL \
+             ORDER BY created_at, id"
+        ))
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn sessions_with_owed_resumes(&self) -> RepoResult<Vec<SessionRecord>> {
+        Ok(sqlx::query_as::<DB, SessionRecord>(stmt!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s \
+             WHERE s.state NOT IN ('completed', 'failed', 'cancelled') \
+               AND EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id \
+                           AND t.reservation = 'attempted' AND t.resume_prompt IS NOT NULL) \
+             ORDER BY s.created_at, s.id"
+        ))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn dispatch_resume(&self, turn_id: &str, at: Micros) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(SQL.dispatch_resume.as_str())
+            .bind(turn_id)
+            .bind(at)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}

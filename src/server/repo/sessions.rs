@@ -1,0 +1,245 @@
+//! Sessions: state, the primary session, agent identity and MCP tokens, start-up recovery's work list.
+
+use async_trait::async_trait;
+use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Type};
+
+use super::sql::{
+    RowsAffected, SESSION_COLUMNS, SqlBackend, SqlRepository, json, stmt, stmt_with_ids,
+};
+use super::{NewSession, RepoResult, SessionRecord, new_id};
+use crate::model::SessionState;
+use crate::server::time::Micros;
+
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    async fn create_session(&self, new: &NewSession, at: Micros) -> RepoResult<SessionRecord>;
+
+    async fn get_session(&self, id: &str) -> RepoResult<Option<SessionRecord>>;
+
+    /// Newest first.
+    async fn list_sessions(&self, task_id: &str) -> RepoResult<Vec<SessionRecord>>;
+
+    /// Every session of the given tasks, newest first within a task.
+    async fn sessions_for_tasks(&self, task_ids: &[String]) -> RepoResult<Vec<SessionRecord>>;
+
+    /// Moves a non-terminal session to `state`; a terminal session never moves again (returns
+    /// `None`). Stamps `started_at` on the first start and `completed_at` on a terminal state;
+    /// a terminal state revokes the MCP token.
+    async fn set_session_state(
+        &self,
+        id: &str,
+        state: SessionState,
+        at: Micros,
+    ) -> RepoResult<Option<SessionRecord>>;
+
+    async fn set_primary_session(&self, id: &str) -> RepoResult<bool>;
+
+    /// The session whose MCP bearer token hashes to `hash` (only hashes are stored).
+    async fn get_session_by_token_hash(&self, hash: &str) -> RepoResult<Option<SessionRecord>>;
+
+    async fn set_acp_session_id(&self, id: &str, acp_session_id: &str) -> RepoResult<bool>;
+
+    async fn set_mcp_token_hash(&self, id: &str, hash: &str) -> RepoResult<bool>;
+
+    /// Start-up recovery's work list, oldest first: sessions that were starting or running,
+    /// and waiting sessions with an open turn (owed resumes aside) or an undetached pending
+    /// bundle. An idle session needs nothing, so a boot with 10,000 idle sessions reads one
+    /// list instead of writing to each (B5).
+    async fn sessions_to_recover(&self) -> RepoResult<Vec<SessionRecord>>;
+
+    /// Completes every open turn of the session except owed resumes; returns their ids.
+    async fn complete_open_turns(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>>;
+
+    /// Revokes the session's MCP token if it is still `hash` (the agent that held it ended).
+    async fn revoke_mcp_token(&self, session_id: &str, hash: &str) -> RepoResult<bool>;
+}
+
+#[async_trait]
+impl<DB> SessionStore for SqlRepository<DB>
+where
+    DB: SqlBackend,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'r> SessionRecord: FromRow<'r, DB::Row>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    async fn create_session(&self, new: &NewSession, at: Micros) -> RepoResult<SessionRecord> {
+        let mut tx = self.write_tx().await?;
+        if new.is_primary {
+            sqlx::query::<DB>(
+                "UPDATE sessions SET is_primary = FALSE WHERE task_id = $1 AND is_primary = TRUE",
+            )
+            .bind(&new.task_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let row = sqlx::query_as::<DB, SessionRecord>(stmt!(
+            "INSERT INTO sessions (id, task_id, agent_profile_id, name, state, is_primary, \
+             mcp_token_hash, acp_session_id, started_at, completed_at, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, NULL, NULL, $8) RETURNING {SESSION_COLUMNS}"
+        ))
+        .bind(new_id())
+        .bind(&new.task_id)
+        .bind(&new.agent_profile_id)
+        .bind(&new.name)
+        .bind(new.state.as_str())
+        .bind(new.is_primary)
+        .bind(&new.mcp_token_hash)
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    async fn get_session(&self, id: &str) -> RepoResult<Option<SessionRecord>> {
+        Ok(sqlx::query_as::<DB, SessionRecord>(stmt!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn list_sessions(&self, task_id: &str) -> RepoResult<Vec<SessionRecord>> {
+        Ok(sqlx::query_as::<DB, SessionRecord>(stmt!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE task_id = $1 \
+             ORDER BY created_at DESC, id DESC"
+        ))
+        .bind(task_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn sessions_for_tasks(&self, task_ids: &[String]) -> RepoResult<Vec<SessionRecord>> {
+        if task_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(sqlx::query_as::<DB, SessionRecord>(stmt_with_ids!(
+            DB::KIND,
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE task_id IN ({}) \
+             ORDER BY task_id, created_at DESC, id DESC"
+        ))
+        .bind(json(task_ids))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn set_session_state(
+        &self,
+        id: &str,
+        state: SessionState,
+        at: Micros,
+    ) -> RepoResult<Option<SessionRecord>> {
+        let starts = matches!(state, SessionState::Starting | SessionState::Running);
+        Ok(sqlx::query_as::<DB, SessionRecord>(stmt!(
+            "UPDATE sessions SET state = $2, \
+             started_at = CASE WHEN $3 AND started_at IS NULL THEN $5 ELSE started_at END, \
+             completed_at = CASE WHEN $4 THEN $5 ELSE completed_at END, \
+             mcp_token_hash = CASE WHEN $4 THEN NULL ELSE mcp_token_hash END \
+             WHERE id = $1 AND state NOT IN ('completed', 'failed', 'cancelled') \
+             RETURNING {SESSION_COLUMNS}"
+        ))
+        .bind(id)
+        .bind(state.as_str())
+        .bind(starts)
+        .bind(state.is_terminal())
+        .bind(at)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn set_primary_session(&self, id: &str) -> RepoResult<bool> {
+        let mut tx = self.write_tx().await?;
+        let Some(task_id) =
+            sqlx::query_scalar::<DB, String>("SELECT task_id FROM sessions WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?
+        else {
+            return Ok(false);
+        };
+        sqlx::query::<DB>("UPDATE sessions SET is_primary = FALSE WHERE task_id = $1 AND is_primary = TRUE AND id <> $2")
+            .bind(&task_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query::<DB>("UPDATE sessions SET is_primary = TRUE WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn get_session_by_token_hash(&self, hash: &str) -> RepoResult<Option<SessionRecord>> {
+        Ok(sqlx::query_as::<DB, SessionRecord>(stmt!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE mcp_token_hash = $1"
+        ))
+        .bind(hash)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn set_acp_session_id(&self, id: &str, acp_session_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>("UPDATE sessions SET acp_session_id = $2 WHERE id = $1")
+            .bind(id)
+            .bind(acp_session_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn set_mcp_token_hash(&self, id: &str, hash: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>("UPDATE sessions SET mcp_token_hash = $2 WHERE id = $1")
+            .bind(id)
+            .bind(hash)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn sessions_to_recover(&self) -> RepoResult<Vec<SessionRecord>> {
+        Ok(sqlx::query_as::<DB, SessionRecord>(stmt!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s \
+             WHERE s.state IN ('starting', 'running') \
+                OR (s.state = 'waiting_for_input' \
+                    AND (EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id \
+                                 AND t.completed_at IS NULL AND t.reservation <> 'attempted') \
+                         OR EXISTS (SELECT 1 FROM clarification_bundles b WHERE b.session_id = s.id \
+                                    AND b.status = 'pending' AND b.detached = FALSE))) \
+             ORDER BY s.created_at, s.id"
+        ))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn complete_open_turns(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>> {
+        Ok(sqlx::query_scalar::<DB, String>(
+            "UPDATE turns SET completed_at = $2 \
+             WHERE session_id = $1 AND completed_at IS NULL AND reservation <> 'attempted' RETURNING id",
+        )
+        .bind(session_id)
+        .bind(at)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn revoke_mcp_token(&self, session_id: &str, hash: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE sessions SET mcp_token_hash = NULL WHERE id = $1 AND mcp_token_hash = $2",
+        )
+        .bind(session_id)
+        .bind(hash)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}

@@ -1,0 +1,228 @@
+//! Task summaries (P3, P6) and the projection epoch (P9).
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Type};
+
+use super::sql::{
+    CAS_SUMMARY_INSERT, CAS_SUMMARY_UPDATE, RowsAffected, SqlBackend, SqlRepository, json,
+    stmt_with_ids,
+};
+use super::{CasOutcome, RepoResult, SummaryRecord, SummaryRow, SummaryWrite};
+use crate::model::SummaryBody;
+use crate::server::time::Micros;
+
+#[async_trait]
+pub trait SummaryStore: Send + Sync {
+    /// Atomically increments the projection epoch and returns the new value.
+    async fn bump_epoch(&self) -> RepoResult<i64>;
+
+    async fn current_epoch(&self) -> RepoResult<i64>;
+
+    async fn get_summary(&self, task_id: &str) -> RepoResult<Option<SummaryRecord>>;
+
+    async fn get_summaries(
+        &self,
+        task_ids: &[String],
+    ) -> RepoResult<HashMap<String, SummaryRecord>>;
+
+    /// Compare-and-set on `revision`: `expected = None` creates the row only if absent. Equal
+    /// content is not rewritten.
+    async fn cas_summary(
+        &self,
+        task_id: &str,
+        expected: Option<i64>,
+        body: &SummaryBody,
+        at: Micros,
+    ) -> RepoResult<CasOutcome>;
+
+    /// Many [`Repository::cas_summary`] writes in one transaction (one sync instead of one
+    /// per task: boot and list reconciliation, B5). Per write: the new revision, or `None`
+    /// when it lost or had nothing to change — the caller retries that one alone.
+    async fn cas_summaries(
+        &self,
+        writes: &[SummaryWrite],
+        at: Micros,
+    ) -> RepoResult<Vec<Option<i64>>>;
+
+    /// P6: marks the stored summary stale so readers fall back to the authoritative value.
+    async fn invalidate_summary(&self, task_id: &str, at: Micros) -> RepoResult<bool>;
+}
+
+#[async_trait]
+impl<DB> SummaryStore for SqlRepository<DB>
+where
+    DB: SqlBackend,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'r> SummaryRow: FromRow<'r, DB::Row>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    async fn bump_epoch(&self) -> RepoResult<i64> {
+        Ok(sqlx::query_scalar::<DB, i64>(
+            "INSERT INTO meta (key, value) VALUES ('epoch', 1) \
+             ON CONFLICT (key) DO UPDATE SET value = meta.value + 1 RETURNING value",
+        )
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn current_epoch(&self) -> RepoResult<i64> {
+        Ok(
+            sqlx::query_scalar::<DB, i64>("SELECT value FROM meta WHERE key = 'epoch'")
+                .fetch_optional(&self.pool)
+                .await?
+                .unwrap_or(0),
+        )
+    }
+
+    async fn get_summary(&self, task_id: &str) -> RepoResult<Option<SummaryRecord>> {
+        self.fetch_summary(task_id).await
+    }
+
+    async fn get_summaries(
+        &self,
+        task_ids: &[String],
+    ) -> RepoResult<HashMap<String, SummaryRecord>> {
+        let rows = sqlx::query_as::<DB, SummaryRow>(stmt_with_ids!(
+            DB::KIND,
+            "SELECT task_id, revision, summary, invalidated, updated_at FROM task_status_summaries \
+             WHERE task_id IN ({})"
+        ))
+        .bind(json(task_ids))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| r.into_record().map(|s| (s.task_id.clone(), s)))
+            .collect()
+    }
+
+    async fn cas_summary(
+        &self,
+        task_id: &str,
+        expected: Option<i64>,
+        body: &SummaryBody,
+        at: Micros,
+    ) -> RepoResult<CasOutcome> {
+        let written = cas_statement(&self.pool, task_id, expected, body, at).await?;
+        if let Some(revision) = written {
+            return Ok(CasOutcome::Written { revision });
+        }
+        let current = self.fetch_summary(task_id).await?;
+        Ok(match current {
+            Some(c) if Some(c.revision) == expected && !c.invalidated && c.body == *body => {
+                CasOutcome::Unchanged {
+                    revision: c.revision,
+                }
+            }
+            current => CasOutcome::Conflict { current },
+        })
+    }
+
+    async fn cas_summaries(
+        &self,
+        writes: &[SummaryWrite],
+        at: Micros,
+    ) -> RepoResult<Vec<Option<i64>>> {
+        let mut out = Vec::with_capacity(writes.len());
+        if writes.is_empty() {
+            return Ok(out);
+        }
+        let mut tx = self.write_tx().await?;
+        for w in writes {
+            out.push(cas_statement(&mut *tx, &w.task_id, w.expected, &w.body, at).await?);
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn invalidate_summary(&self, task_id: &str, at: Micros) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE task_status_summaries SET invalidated = TRUE, updated_at = $2 \
+             WHERE task_id = $1 AND invalidated = FALSE",
+        )
+        .bind(task_id)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+impl<DB> SqlRepository<DB>
+where
+    DB: SqlBackend,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'r> SummaryRow: FromRow<'r, DB::Row>,
+{
+    pub(super) async fn fetch_summary(&self, task_id: &str) -> RepoResult<Option<SummaryRecord>> {
+        sqlx::query_as::<DB, SummaryRow>(
+            "SELECT task_id, revision, summary, invalidated, updated_at \
+             FROM task_status_summaries WHERE task_id = $1",
+        )
+        .bind(task_id)
+        .fetch_optional(&self.pool)
+        .await?
+        .map(SummaryRow::into_record)
+        .transpose()
+    }
+}
+
+/// One summary compare-and-set (P6) on the pool or inside a transaction: the new
+/// revision, or `None` when nothing was written.
+async fn cas_statement<'e, DB, E>(
+    executor: E,
+    task_id: &str,
+    expected: Option<i64>,
+    body: &SummaryBody,
+    at: Micros,
+) -> Result<Option<i64>, sqlx::Error>
+where
+    DB: SqlBackend,
+    E: Executor<'e, Database = DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> i64: Decode<'r, DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let text = json(body);
+    let pending = body.pending_action.map(|p| p.as_str());
+    match expected {
+        None => {
+            sqlx::query_scalar::<DB, i64>(CAS_SUMMARY_INSERT)
+                .bind(task_id)
+                .bind(text)
+                .bind(at)
+                .bind(pending)
+                .fetch_optional(executor)
+                .await
+        }
+        Some(rev) => {
+            sqlx::query_scalar::<DB, i64>(CAS_SUMMARY_UPDATE)
+                .bind(task_id)
+                .bind(rev)
+                .bind(text)
+                .bind(at)
+                .bind(pending)
+                .fetch_optional(executor)
+                .await
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Turns and transcript messages.
+
+use async_trait::async_trait;
+use sqlx::{Encode, Executor, FromRow, Type};
+
+use super::sql::{MESSAGE_COLUMNS, RowsAffected, SqlBackend, SqlRepository, TURN_COLUMNS, stmt};
+use super::{MessageRecord, NewMessage, NewTurn, RepoError, RepoResult, TurnRecord, new_id};
+use crate::server::time::Micros;
+
+#[async_trait]
+pub trait TranscriptStore: Send + Sync {
+    async fn insert_turn(&self, new: &NewTurn) -> RepoResult<TurnRecord>;
+
+    async fn complete_turn(&self, turn_id: &str, at: Micros) -> RepoResult<bool>;
+
+    async fn get_turn(&self, id: &str) -> RepoResult<Option<TurnRecord>>;
+
+    /// Ascending (L1 order); unreferenced reservations are hidden.
+    async fn list_turns(&self, session_id: &str) -> RepoResult<Vec<TurnRecord>>;
+
+    async fn insert_message(&self, new: &NewMessage, at: Micros) -> RepoResult<MessageRecord>;
+
+    async fn list_messages(
+        &self,
+        session_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> RepoResult<Vec<MessageRecord>>;
+
+    /// The newest `limit` messages before message `before` (or the newest overall), ascending.
+    async fn list_messages_before(
+        &self,
+        session_id: &str,
+        before: Option<&str>,
+        limit: i64,
+    ) -> RepoResult<Vec<MessageRecord>>;
+
+    async fn delete_message(&self, id: &str) -> RepoResult<Option<MessageRecord>>;
+
+    /// Replaces a message's content (coalescing streamed text into one message per reply).
+    async fn update_message_content(
+        &self,
+        id: &str,
+        content: &str,
+        at: Micros,
+    ) -> RepoResult<Option<MessageRecord>>;
+}
+
+#[async_trait]
+impl<DB> TranscriptStore for SqlRepository<DB>
+where
+    DB: SqlBackend,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'r> MessageRecord: FromRow<'r, DB::Row>,
+    for<'r> TurnRecord: FromRow<'r, DB::Row>,
+{
+    async fn insert_turn(&self, new: &NewTurn) -> RepoResult<TurnRecord> {
+        let id = new.id.clone().unwrap_or_else(new_id);
+        sqlx::query_as::<DB, TurnRecord>(stmt!(
+            "INSERT INTO turns (id, session_id, task_id, started_at, completed_at, created_at, \
+             reservation, resume_pending_id) \
+             SELECT $1, s.id, s.task_id, $3, NULL, $4, 'none', NULL FROM sessions s WHERE s.id = $2 \
+             RETURNING {TURN_COLUMNS}"
+        ))
+        .bind(&id)
+        .bind(&new.session_id)
+        .bind(new.started_at)
+        .bind(new.created_at)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| RepoError::NotFound(format!("session {}", new.session_id)))
+    }
+
+    async fn complete_turn(&self, turn_id: &str, at: Micros) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE turns SET completed_at = $2 WHERE id = $1 AND completed_at IS NULL",
+        )
+        .bind(turn_id)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn get_turn(&self, id: &str) -> RepoResult<Option<TurnRecord>> {
+        Ok(sqlx::query_as::<DB, TurnRecord>(stmt!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn list_turns(&self, session_id: &str) -> RepoResult<Vec<TurnRecord>> {
+        Ok(sqlx::query_as::<DB, TurnRecord>(stmt!(
+            "SELECT {TURN_COLUMNS} FROM turns t WHERE t.session_id = $1 \
+             AND (t.reservation <> 'reserved' OR EXISTS (SELECT 1 FROM messages m WHERE m.turn_id = t.id)) \
+             ORDER BY t.started_at, t.created_at, t.id"
+        ))
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn insert_message(&self, new: &NewMessage, at: Micros) -> RepoResult<MessageRecord> {
+        sqlx::query_as::<DB, MessageRecord>(stmt!(
+            "INSERT INTO messages ({MESSAGE_COLUMNS}) \
+             SELECT $1, t.session_id, t.task_id, t.id, $4, $5, $6, $7, $8, $8 \
+             FROM turns t WHERE t.id = $3 AND t.session_id = $2 \
+             RETURNING {MESSAGE_COLUMNS}"
+        ))
+        .bind(new_id())
+        .bind(&new.session_id)
+        .bind(&new.turn_id)
+        .bind(new.author.as_str())
+        .bind(new.kind.as_str())
+        .bind(&new.content)
+        .bind(&new.pending_id)
+        .bind(at)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| {
+            RepoError::NotFound(format!(
+                "turn {} of session {}",
+                new.turn_id, new.session_id
+            ))
+        })
+    }
+
+    async fn list_messages(
+        &self,
+        session_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> RepoResult<Vec<MessageRecord>> {
+        Ok(sqlx::query_as::<DB, MessageRecord>(stmt!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = $1 \
+             AND ($2 IS NULL OR (m.created_at, m.id) > \
+                  (SELECT a.created_at, a.id FROM messages a WHERE a.id = $2)) \
+             ORDER BY m.created_at, m.id LIMIT $3"
+        ))
+        .bind(session_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn list_messages_before(
+        &self,
+        session_id: &str,
+        before: Option<&str>,
+        limit: i64,
+    ) -> RepoResult<Vec<MessageRecord>> {
+        let mut rows = sqlx::query_as::<DB, MessageRecord>(stmt!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = $1 \
+             AND ($2 IS NULL OR (m.created_at, m.id) < \
+                  (SELECT a.created_at, a.id FROM messages a WHERE a.id = $2)) \
+             ORDER BY m.created_at DESC, m.id DESC LIMIT $3"
+        ))
+        .bind(session_id)
+        .bind(before)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.reverse();
+        Ok(rows)
+    }
+
+    async fn delete_message(&self, id: &str) -> RepoResult<Option<MessageRecord>> {
+        // L4: authority comes from turn rows; deleting messages never touches turns.
+        Ok(sqlx::query_as::<DB, MessageRecord>(stmt!(
+            "DELETE FROM messages WHERE id = $1 RETURNING {MESSAGE_COLUMNS}"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn update_message_content(
+        &self,
+        id: &str,
+        content: &str,
+        at: Micros,
+    ) -> RepoResult<Option<MessageRecord>> {
+        Ok(sqlx::query_as::<DB, MessageRecord>(stmt!(
+            "UPDATE messages SET content = $2, updated_at = $3 WHERE id = $1 RETURNING {MESSAGE_COLUMNS}"
+        ))
+        .bind(id)
+        .bind(content)
+        .bind(at)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+}

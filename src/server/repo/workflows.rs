@@ -1,0 +1,180 @@
+//! Workflows and their steps, and the N3 step actions of a task.
+
+use async_trait::async_trait;
+use sqlx::{Encode, Executor, FromRow, Type};
+
+use super::sql::{RowsAffected, SqlBackend, SqlRepository};
+use super::{
+    NewWorkflow, RepoError, RepoResult, WorkflowRecord, WorkflowStepRecord, WorkflowView, new_id,
+};
+use crate::server::time::Micros;
+
+#[async_trait]
+pub trait WorkflowStore: Send + Sync {
+    async fn create_workflow(&self, new: &NewWorkflow, at: Micros) -> RepoResult<WorkflowView>;
+
+    async fn list_workflows(&self) -> RepoResult<Vec<WorkflowView>>;
+
+    async fn default_workflow(&self) -> RepoResult<Option<WorkflowView>>;
+
+    /// The completion of `turn_id` found an active question: its step action waits.
+    async fn defer_workflow(&self, turn_id: &str) -> RepoResult<bool>;
+
+    /// Takes the deferred step action of `turn_id` (compare-and-set: at most once).
+    async fn take_deferred_workflow(&self, turn_id: &str) -> RepoResult<bool>;
+
+    /// Moves the task from step `from` to step `to`; false when it is no longer on `from`.
+    async fn move_task_step(
+        &self,
+        task_id: &str,
+        from: &str,
+        to: &str,
+        at: Micros,
+    ) -> RepoResult<bool>;
+}
+
+#[async_trait]
+impl<DB> WorkflowStore for SqlRepository<DB>
+where
+    DB: SqlBackend,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'r> WorkflowRecord: FromRow<'r, DB::Row>,
+    for<'r> WorkflowStepRecord: FromRow<'r, DB::Row>,
+{
+    async fn create_workflow(&self, new: &NewWorkflow, at: Micros) -> RepoResult<WorkflowView> {
+        if new.name.trim().is_empty() {
+            return Err(RepoError::Invalid("workflow name must not be empty".into()));
+        }
+        if new.steps.is_empty() {
+            return Err(RepoError::Invalid(
+                "a workflow needs at least one step".into(),
+            ));
+        }
+        let mut tx = self.write_tx().await?;
+        let workflow = sqlx::query_as::<DB, WorkflowRecord>(
+            "INSERT INTO workflows (id, name, is_default, created_at) VALUES ($1, $2, $3, $4) \
+             RETURNING id, name, is_default, created_at",
+        )
+        .bind(new_id())
+        .bind(&new.name)
+        .bind(new.is_default)
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await?;
+        let mut steps = Vec::with_capacity(new.steps.len());
+        for (position, step) in new.steps.iter().enumerate() {
+            steps.push(
+                sqlx::query_as::<DB, WorkflowStepRecord>(
+                    "INSERT INTO workflow_steps (id, workflow_id, position, name, on_turn_complete) \
+                     VALUES ($1, $2, $3, $4, $5) \
+                     RETURNING id, workflow_id, position, name, on_turn_complete",
+                )
+                .bind(new_id())
+                .bind(&workflow.id)
+                .bind(position as i64)
+                .bind(&step.name)
+                .bind(&step.on_turn_complete)
+                .fetch_one(&mut *tx)
+                .await?,
+            );
+        }
+        tx.commit().await?;
+        Ok(WorkflowView { workflow, steps })
+    }
+
+    async fn list_workflows(&self) -> RepoResult<Vec<WorkflowView>> {
+        let rows = sqlx::query_as::<DB, WorkflowRecord>(
+            "SELECT id, name, is_default, created_at FROM workflows ORDER BY created_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            out.push(self.load_steps(row).await?);
+        }
+        Ok(out)
+    }
+
+    async fn default_workflow(&self) -> RepoResult<Option<WorkflowView>> {
+        let row = sqlx::query_as::<DB, WorkflowRecord>(
+            "SELECT id, name, is_default, created_at FROM workflows WHERE is_default = TRUE",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(row) => Ok(Some(self.load_steps(row).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn defer_workflow(&self, turn_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE turns SET workflow_deferred = TRUE WHERE id = $1 AND workflow_deferred = FALSE",
+        )
+        .bind(turn_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn take_deferred_workflow(&self, turn_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE turns SET workflow_deferred = FALSE WHERE id = $1 AND workflow_deferred = TRUE",
+        )
+        .bind(turn_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn move_task_step(
+        &self,
+        task_id: &str,
+        from: &str,
+        to: &str,
+        at: Micros,
+    ) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE tasks SET step_id = $3, updated_at = $4 WHERE id = $1 AND step_id = $2",
+        )
+        .bind(task_id)
+        .bind(from)
+        .bind(to)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+impl<DB> SqlRepository<DB>
+where
+    DB: SqlBackend,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'r> WorkflowStepRecord: FromRow<'r, DB::Row>,
+{
+    pub(super) async fn load_steps(&self, workflow: WorkflowRecord) -> RepoResult<WorkflowView> {
+        let steps = sqlx::query_as::<DB, WorkflowStepRecord>(
+            "SELECT id, workflow_id, position, name, on_turn_complete FROM workflow_steps \
+             WHERE workflow_id = $1 ORDER BY position, id",
+        )
+        .bind(&workflow.id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(WorkflowView { workflow, steps })
+    }
+}
