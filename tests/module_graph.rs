@@ -218,3 +218,21 @@ fn the_reader_finds_grouped_and_single_paths() {
         .collect();
     assert_eq!(cycle_from(&g, "a").unwrap(), ["a", "b", "c", "a"]);
 }
+
+/// Handlers stay thin: what they read or write goes through a service, so REST, server
+/// functions and MCP share one validation and one set of notifications.
+#[test]
+fn handlers_reach_the_repository_only_through_services() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let wrong: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let code = code(&std::fs::read_to_string(f).unwrap());
+            code.contains(".repo.") || code.contains(".repo\n")
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

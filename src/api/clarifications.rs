@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::{ApiError, ApiJson};
 use crate::model::{AppError, Bundle, Permission};
+use crate::server::clarification::read;
 use crate::server::clarification::respond::{self, RespondBody};
 use crate::server::orchestrator::permissions;
 use crate::server::state::AppState;
@@ -15,12 +16,7 @@ pub async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Bundle>, ApiError> {
-    let b = state
-        .repo
-        .get_bundle(&id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("clarification {id}")))?;
-    Ok(Json(b.to_dto()))
+    Ok(Json(read::bundle(&state, &id).await?))
 }
 
 pub async fn respond(

@@ -12,7 +12,7 @@ pub async fn healthz() -> Json<Value> {
 pub async fn metrics(
     axum::extract::State(state): axum::extract::State<crate::server::state::AppState>,
 ) -> impl axum::response::IntoResponse {
-    let active = state.repo.count_active_bundles().await.ok();
+    let active = crate::server::clarification::read::count_active(&state).await;
     (
         [(
             axum::http::header::CONTENT_TYPE,

@@ -226,13 +226,7 @@ async fn require_session(
     let Some(hash) = token.map(hash_token) else {
         return unauthorized("missing bearer token");
     };
-    let session = state
-        .repo
-        .get_session_by_token_hash(&hash)
-        .await
-        .ok()
-        .flatten()
-        .filter(|s| !s.state.is_terminal());
+    let session = crate::server::orchestrator::sessions::by_token_hash(&state, &hash).await;
     let Some(session) = session else {
         return unauthorized("unknown or revoked bearer token");
     };

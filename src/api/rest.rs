@@ -9,7 +9,6 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::model::AppError;
-use crate::server::repo::RepoError;
 
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
@@ -19,12 +18,6 @@ pub struct ApiError(pub AppError);
 impl From<AppError> for ApiError {
     fn from(e: AppError) -> Self {
         ApiError(e)
-    }
-}
-
-impl From<RepoError> for ApiError {
-    fn from(e: RepoError) -> Self {
-        ApiError(e.into())
     }
 }
 

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson};
-use crate::model::{AppError, Session};
+use crate::model::Session;
 use crate::server::orchestrator::{sessions, transcript};
 use crate::server::state::AppState;
 use crate::server::summary::sessions_view;
@@ -39,42 +39,14 @@ pub async fn create(
         role: sessions::Role::Secondary,
     };
     let s = sessions::create_session(&state, &task_id, input).await?;
-    Ok(Json(session_dto(&state, &s.id).await?))
-}
-
-async fn session_dto(state: &AppState, id: &str) -> Result<Session, AppError> {
-    let s = state
-        .repo
-        .get_session(id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("session {id}")))?;
-    let revision = state.next_pending_revision();
-    let pending = state
-        .repo
-        .pending_actions_for_sessions(std::slice::from_ref(&s.id))
-        .await?;
-    Ok(s.to_dto(pending.get(&s.id).copied().flatten(), Some(revision)))
+    Ok(Json(sessions::view(&state, &s.id).await?))
 }
 
 pub async fn make_primary(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Session>, ApiError> {
-    if !state.repo.set_primary_session(&id).await? {
-        return Err(AppError::NotFound(format!("session {id}")).into());
-    }
-    let s = session_dto(&state, &id).await?;
-    crate::server::orchestrator::publish::task_updated(&state, &s.task_id).await;
-    // P3: the summary names the primary session.
-    crate::server::summary::projector::refresh_task(
-        &state,
-        &s.task_id,
-        crate::server::summary::projector::Scope::Full,
-        None,
-    )
-    .await
-    .map_err(|e| crate::server::telemetry::internal(&e))?;
-    Ok(Json(s))
+    Ok(Json(sessions::make_primary(&state, &id).await?))
 }
 
 #[derive(Deserialize)]
@@ -138,16 +110,7 @@ pub async fn turns(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    if state.repo.get_session(&id).await?.is_none() {
-        return Err(AppError::NotFound(format!("session {id}")).into());
-    }
-    let turns: Vec<_> = state
-        .repo
-        .list_turns(&id)
-        .await?
-        .iter()
-        .map(|t| t.to_dto())
-        .collect();
+    let turns = transcript::turns(&state, &id).await?;
     Ok(Json(json!({ "turns": turns })))
 }
 
@@ -156,10 +119,6 @@ pub async fn delete_message(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let Some(m) = state.repo.delete_message(&id).await? else {
-        return Err(AppError::NotFound(format!("message {id}")).into());
-    };
-    use crate::server::orchestrator::publish;
-    publish::message(&state, publish::MessageEvent::Deleted, &m).await;
+    transcript::delete_message(&state, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -92,9 +92,7 @@ pub async fn send_prompt(session_id: String, content: String) -> Result<(), AppE
 /// N4: the overlay shows only the active bundle of the session (L2), the newest one.
 #[server(prefix = "/api/fn", endpoint = "active_question")]
 pub async fn active_question(session_id: String) -> Result<Option<Bundle>, AppError> {
-    let state = app_state()?;
-    let active = state.repo.active_bundles(&session_id).await?;
-    Ok(active.last().map(|b| b.to_dto()))
+    crate::server::clarification::read::active_question(&app_state()?, &session_id).await
 }
 
 /// What the overlay does after answering (N5).

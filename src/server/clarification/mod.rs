@@ -3,5 +3,6 @@
 
 pub mod ask;
 pub mod asking;
+pub mod read;
 pub mod recovery;
 pub mod respond;

@@ -9,10 +9,11 @@ use tokio::sync::oneshot;
 use super::profiles::MOCK_PROFILE;
 use super::publish;
 use super::worker::{self, Command, PromptAccepted, WorkerError};
-use crate::model::{AppError, SessionState};
+use crate::model::{AppError, Session, SessionState};
 use crate::server::agents::{AgentError, LaunchSpec};
 use crate::server::repo::{NewSession, RepoError, SessionRecord};
 use crate::server::state::AppState;
+use crate::server::summary::projector::{Scope, refresh_task};
 
 pub fn hash_token(token: &str) -> String {
     format!("{:x}", Sha256::digest(token.as_bytes()))
@@ -242,5 +243,44 @@ async fn wait_for_worker<T>(
         Err(_) => Err(AppError::Unavailable(
             "the session did not answer in time; try again".into(),
         )),
+    }
+}
+
+/// The session as the API shows it, with its P1 pending action.
+pub async fn view(state: &AppState, id: &str) -> Result<Session, AppError> {
+    let s = state
+        .repo
+        .get_session(id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("session {id}")))?;
+    let revision = state.next_pending_revision();
+    let pending = state
+        .repo
+        .pending_actions_for_sessions(std::slice::from_ref(&s.id))
+        .await?;
+    Ok(s.to_dto(pending.get(&s.id).copied().flatten(), Some(revision)))
+}
+
+/// Makes `id` its task's primary session; the task's summary names it (P3).
+pub async fn make_primary(state: &AppState, id: &str) -> Result<Session, AppError> {
+    if !state.repo.set_primary_session(id).await? {
+        return Err(AppError::NotFound(format!("session {id}")));
+    }
+    let s = view(state, id).await?;
+    publish::task_updated(state, &s.task_id).await;
+    refresh_task(state, &s.task_id, Scope::Full, None)
+        .await
+        .map_err(|e| crate::server::telemetry::internal(&e))?;
+    Ok(s)
+}
+
+/// The live (non-terminal) session whose MCP token hashes to `hash`.
+pub async fn by_token_hash(state: &AppState, hash: &str) -> Option<SessionRecord> {
+    match state.repo.get_session_by_token_hash(hash).await {
+        Ok(s) => s.filter(|s| !s.state.is_terminal()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot look up an MCP token");
+            None
+        }
     }
 }

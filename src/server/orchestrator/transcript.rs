@@ -1,7 +1,8 @@
 //! Reading a session's transcript: pages newest-last, paged upward for long sessions (the UI),
 //! or onward from a message (`GET /sessions/{id}/messages?after=`).
 
-use crate::model::{AppError, Message, MessagePage};
+use super::publish;
+use crate::model::{AppError, Message, MessagePage, Turn};
 use crate::server::state::AppState;
 
 /// Messages a page holds at most.
@@ -65,4 +66,25 @@ pub async fn after(
         .iter()
         .map(|m| m.to_dto())
         .collect())
+}
+
+/// The session's turns in L1 order.
+pub async fn turns(state: &AppState, session_id: &str) -> Result<Vec<Turn>, AppError> {
+    ensure_session(state, session_id).await?;
+    Ok(state
+        .repo
+        .list_turns(session_id)
+        .await?
+        .iter()
+        .map(|t| t.to_dto())
+        .collect())
+}
+
+/// Deletes a message; authority does not move (L4).
+pub async fn delete_message(state: &AppState, id: &str) -> Result<(), AppError> {
+    let Some(m) = state.repo.delete_message(id).await? else {
+        return Err(AppError::NotFound(format!("message {id}")));
+    };
+    publish::message(state, publish::MessageEvent::Deleted, &m).await;
+    Ok(())
 }

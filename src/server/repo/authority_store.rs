@@ -1,4 +1,5 @@
-//! The current-turn authority (L1–L3) and the writes it guards: detach, expiry, claim and its undo (L9–L13, L18). The SQL fragments are defined once in `authority.rs`.
+//! The current-turn authority (L1–L3) and the writes it guards: detach, expiry, claim and its undo
+//! (L9–L13, L18). The SQL fragments are defined once in `authority.rs`.
 
 use std::collections::HashMap;
 
@@ -58,12 +59,10 @@ where
     DB: SqlBackend,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
-    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'r> BundleRecord: FromRow<'r, DB::Row>,
     for<'r> QuestionRow: FromRow<'r, DB::Row>,
     for<'r> String: Decode<'r, DB> + Type<DB>,

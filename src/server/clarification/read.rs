@@ -1,0 +1,27 @@
+//! Reading questions: one bundle, the overlay's active question (N4), the L2 count.
+
+use crate::model::{AppError, Bundle};
+use crate::server::state::AppState;
+
+pub async fn bundle(state: &AppState, pending_id: &str) -> Result<Bundle, AppError> {
+    state
+        .repo
+        .get_bundle(pending_id)
+        .await?
+        .map(|b| b.to_dto())
+        .ok_or_else(|| AppError::NotFound(format!("clarification {pending_id}")))
+}
+
+/// N4: the overlay shows only the active bundle of the session (L2), the newest one.
+pub async fn active_question(
+    state: &AppState,
+    session_id: &str,
+) -> Result<Option<Bundle>, AppError> {
+    let active = state.repo.active_bundles(session_id).await?;
+    Ok(active.last().map(|b| b.to_dto()))
+}
+
+/// L2 over every session (the `/metrics` gauge); `None` when it cannot be read.
+pub async fn count_active(state: &AppState) -> Option<i64> {
+    state.repo.count_active_bundles().await.ok()
+}
