@@ -68,15 +68,14 @@ where
     DB: SqlBackend,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
     for<'r> BundleRecord: FromRow<'r, DB::Row>,
     for<'r> MessageRecord: FromRow<'r, DB::Row>,
     for<'r> SessionRecord: FromRow<'r, DB::Row>,
-    for<'r> TurnRecord: FromRow<'r, DB::Row>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> TurnRecord: FromRow<'r, DB::Row>,
     usize: ColumnIndex<DB::Row>,
 {
     async fn reserve_turn(

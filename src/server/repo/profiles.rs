@@ -38,7 +38,6 @@ where
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'r> AgentProfileRecord: FromRow<'r, DB::Row>,
 {
     async fn create_agent_profile(

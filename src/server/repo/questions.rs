@@ -5,7 +5,8 @@ use sqlx::{Encode, Executor, FromRow, Type};
 
 use super::authority::{BUNDLE_COLUMNS, SQL};
 use super::sql::{
-    MESSAGE_COLUMNS, RowsAffected, SqlBackend, SqlRepository, json, questions_from_rows, stmt,
+    MESSAGE_COLUMNS, PERMISSION_COLUMNS, RowsAffected, SqlBackend, SqlRepository, json,
+    questions_from_rows, stmt,
 };
 use super::{
     BundleRecord, BundleView, MessageRecord, NewBundle, NewPermissionRequest, PermissionRecord,
@@ -72,13 +73,12 @@ where
     DB: SqlBackend,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'r> BundleRecord: FromRow<'r, DB::Row>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
     for<'r> BundleActivityRow: FromRow<'r, DB::Row>,
+    for<'r> BundleRecord: FromRow<'r, DB::Row>,
     for<'r> MessageRecord: FromRow<'r, DB::Row>,
     for<'r> PermissionRecord: FromRow<'r, DB::Row>,
     for<'r> QuestionRow: FromRow<'r, DB::Row>,
@@ -138,13 +138,13 @@ where
         at: Micros,
     ) -> RepoResult<(PermissionRecord, MessageRecord)> {
         let mut tx = self.write_tx().await?;
-        let request = sqlx::query_as::<DB, PermissionRecord>(
+        let request = sqlx::query_as::<DB, PermissionRecord>(stmt!(
             "INSERT INTO permission_requests (id, session_id, task_id, turn_id, tool_call, options, \
              status, outcome, created_at, resolved_at) \
              SELECT $1, t.session_id, t.task_id, t.id, $4, $5, 'pending', NULL, $6, NULL \
              FROM turns t WHERE t.id = $3 AND t.session_id = $2 \
-             RETURNING id, session_id, task_id, turn_id, tool_call, options, status, outcome, created_at, resolved_at",
-        )
+             RETURNING {PERMISSION_COLUMNS}"
+        ))
         .bind(new_id())
         .bind(&new.session_id)
         .bind(&new.turn_id)
@@ -173,10 +173,10 @@ where
     }
 
     async fn get_permission_request(&self, id: &str) -> RepoResult<Option<PermissionRecord>> {
-        Ok(sqlx::query_as::<DB, PermissionRecord>(
-            "SELECT id, session_id, task_id, turn_id, tool_call, options, status, outcome, created_at, resolved_at \
-             FROM permission_requests WHERE id = $1",
-        )
+        Ok(sqlx::query_as::<DB, PermissionRecord>(stmt!(
+            "SELECT {PERMISSION_COLUMNS} \
+             FROM permission_requests WHERE id = $1"
+        ))
         .bind(id)
         .fetch_optional(&self.pool)
         .await?)
@@ -187,11 +187,11 @@ where
         session_id: &str,
         turn_id: &str,
     ) -> RepoResult<Option<PermissionRecord>> {
-        Ok(sqlx::query_as::<DB, PermissionRecord>(
-            "SELECT id, session_id, task_id, turn_id, tool_call, options, status, outcome, created_at, resolved_at \
+        Ok(sqlx::query_as::<DB, PermissionRecord>(stmt!(
+            "SELECT {PERMISSION_COLUMNS} \
              FROM permission_requests WHERE session_id = $1 AND turn_id = $2 \
-             ORDER BY created_at DESC, id DESC LIMIT 1",
-        )
+             ORDER BY created_at DESC, id DESC LIMIT 1"
+        ))
         .bind(session_id)
         .bind(turn_id)
         .fetch_optional(&self.pool)
@@ -202,10 +202,10 @@ where
         &self,
         session_id: &str,
     ) -> RepoResult<Vec<PermissionRecord>> {
-        Ok(sqlx::query_as::<DB, PermissionRecord>(
-            "SELECT id, session_id, task_id, turn_id, tool_call, options, status, outcome, created_at, resolved_at \
-             FROM permission_requests WHERE session_id = $1 AND status = 'pending' ORDER BY created_at, id",
-        )
+        Ok(sqlx::query_as::<DB, PermissionRecord>(stmt!(
+            "SELECT {PERMISSION_COLUMNS} \
+             FROM permission_requests WHERE session_id = $1 AND status = 'pending' ORDER BY created_at, id"
+        ))
         .bind(session_id)
         .fetch_all(&self.pool)
         .await?)
@@ -236,11 +236,11 @@ where
         session_id: Option<&str>,
         at: Micros,
     ) -> RepoResult<Vec<PermissionRecord>> {
-        Ok(sqlx::query_as::<DB, PermissionRecord>(
+        Ok(sqlx::query_as::<DB, PermissionRecord>(stmt!(
             "UPDATE permission_requests SET status = 'cancelled', resolved_at = $2 \
              WHERE status = 'pending' AND ($1 IS NULL OR session_id = $1) \
-             RETURNING id, session_id, task_id, turn_id, tool_call, options, status, outcome, created_at, resolved_at",
-        )
+             RETURNING {PERMISSION_COLUMNS}"
+        ))
         .bind(session_id)
         .bind(at)
         .fetch_all(&self.pool)
@@ -252,7 +252,6 @@ impl<DB> SqlRepository<DB>
 where
     DB: SqlBackend,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'r> QuestionRow: FromRow<'r, DB::Row>,
 {
@@ -293,10 +292,9 @@ where
     DB: SqlBackend,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
 {
     for (position, q) in questions.iter().enumerate() {
         sqlx::query::<DB>(
@@ -328,7 +326,6 @@ where
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'r> MessageRecord: FromRow<'r, DB::Row>,
 {
     Ok(sqlx::query_as::<DB, MessageRecord>(stmt!(

@@ -51,6 +51,9 @@ pub(super) const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, name, s
 pub(super) const TURN_COLUMNS: &str = "id, session_id, task_id, started_at, completed_at, \
     created_at, reservation, resume_pending_id, resume_prompt, workflow_deferred";
 
+pub(super) const PERMISSION_COLUMNS: &str = "id, session_id, task_id, turn_id, tool_call, options, status, \
+    outcome, created_at, resolved_at";
+
 pub(super) const MESSAGE_COLUMNS: &str = "id, session_id, task_id, turn_id, author, kind, content, \
     pending_id, created_at, updated_at";
 

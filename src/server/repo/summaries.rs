@@ -55,11 +55,10 @@ impl<DB> SummaryStore for SqlRepository<DB>
 where
     DB: SqlBackend,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'r> SummaryRow: FromRow<'r, DB::Row>,
     for<'r> i64: Decode<'r, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
@@ -160,7 +159,6 @@ where
     DB: SqlBackend,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'r> SummaryRow: FromRow<'r, DB::Row>,
 {
     pub(super) async fn fetch_summary(&self, task_id: &str) -> RepoResult<Option<SummaryRecord>> {
@@ -189,10 +187,9 @@ where
     DB: SqlBackend,
     E: Executor<'e, Database = DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'r> i64: Decode<'r, DB>,
     usize: ColumnIndex<DB::Row>,
 {

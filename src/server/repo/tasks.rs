@@ -35,13 +35,12 @@ where
     DB: SqlBackend,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'q> Option<String>: Encode<'q, DB>,
     for<'q> Option<i64>: Encode<'q, DB>,
-    for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
-    for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'r> TaskRecord: FromRow<'r, DB::Row>,
 {
     async fn create_task(&self, new: &NewTask, at: Micros) -> RepoResult<TaskRecord> {

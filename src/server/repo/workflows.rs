@@ -39,11 +39,10 @@ where
     DB: SqlBackend,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<String>: Encode<'q, DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
     for<'r> WorkflowRecord: FromRow<'r, DB::Row>,
     for<'r> WorkflowStepRecord: FromRow<'r, DB::Row>,
 {
