@@ -1,10 +1,26 @@
 use axum::Json;
 use serde_json::{Value, json};
 
-/// 200 once the process serves requests: the router only exists after migrations and start-up
-/// reconciliation finished.
-pub async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+use crate::server::events::ListenerState;
+
+/// 200 `{"status":"ok"}` once the process serves requests: the router only exists after
+/// migrations and start-up reconciliation finished. On PostgreSQL, while the connection that
+/// receives the other servers' events is down, 503 with the listener's state: this server's
+/// clients would miss what happens elsewhere, so a load balancer should send them elsewhere.
+pub async fn healthz(
+    axum::extract::State(state): axum::extract::State<crate::server::state::AppState>,
+) -> (axum::http::StatusCode, Json<Value>) {
+    match state.hub.listener() {
+        Some(ListenerState::Reconnecting) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "status": "degraded",
+                "server_id": state.runtime.config.server_id,
+                "listener": ListenerState::Reconnecting.as_str(),
+            })),
+        ),
+        _ => (axum::http::StatusCode::OK, Json(json!({ "status": "ok" }))),
+    }
 }
 
 /// Prometheus text: request counts and time, WebSocket clients, active bundles, summary CAS
@@ -13,11 +29,21 @@ pub async fn metrics(
     axum::extract::State(state): axum::extract::State<crate::server::state::AppState>,
 ) -> impl axum::response::IntoResponse {
     let active = crate::server::clarification::read::count_active(&state).await;
+    let mut text = state.metrics.render(active);
+    if let Some(listener) = state.hub.listener() {
+        text.push_str(&format!(
+            "# HELP turnstile_event_listener_connected Whether this server receives the other \
+             servers' events (PostgreSQL).\n# TYPE turnstile_event_listener_connected gauge\n\
+             turnstile_event_listener_connected{{server_id=\"{}\"}} {}\n",
+            state.runtime.config.server_id,
+            u8::from(listener == ListenerState::Connected)
+        ));
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4",
         )],
-        state.metrics.render(active),
+        text,
     )
 }

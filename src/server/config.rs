@@ -48,6 +48,18 @@ pub struct Config {
     /// Seconds a shutdown waits for open requests (MCP streams, sockets) before it exits.
     #[arg(long, env = "TURNSTILE_SHUTDOWN_TIMEOUT", default_value_t = 5)]
     pub shutdown_timeout: u64,
+    /// This server's name among several on one PostgreSQL database (letters, digits, `-`,
+    /// `_`; at most 64). Default: generated once and kept in `<data-dir>/server-id`.
+    #[arg(long, env = "TURNSTILE_SERVER_ID")]
+    pub server_id: Option<String>,
+}
+
+/// A server id as `--server-id` takes it.
+pub fn valid_server_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 impl Config {
@@ -64,7 +76,28 @@ impl Config {
         if reach.ip().is_unspecified() {
             reach.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }
+        let server_id = match &self.server_id {
+            Some(id) if valid_server_id(id) => id.clone(),
+            Some(id) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("--server-id {id:?}: use 1 to 64 letters, digits, '-' or '_'"),
+                ));
+            }
+            None => {
+                let file = self.data_dir.join("server-id");
+                match std::fs::read_to_string(&file) {
+                    Ok(id) if valid_server_id(id.trim()) => id.trim().to_string(),
+                    _ => {
+                        let id = uuid::Uuid::new_v4().simple().to_string();
+                        std::fs::write(&file, &id)?;
+                        id
+                    }
+                }
+            }
+        };
         Ok(crate::server::runtime::RuntimeConfig {
+            server_id,
             self_url: format!("http://{reach}"),
             mock_agent,
             workdir: std::path::absolute(self.data_dir.join("workspace"))?,

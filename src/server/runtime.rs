@@ -14,6 +14,8 @@ use crate::server::agents::AgentError;
 
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
+    /// This server among those sharing a PostgreSQL database (`--server-id`).
+    pub server_id: String,
     /// Base URL agents use to reach our MCP endpoint (`{self_url}/mcp`).
     pub self_url: String,
     /// The bundled mock agent binary (profile `mock`).

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicU64;
 use leptos::prelude::*;
 
 use crate::server::clarification::recovery;
-use crate::server::events::InProcessHub;
+use crate::server::events;
 use crate::server::hooks::Hooks;
 use crate::server::orchestrator::{worker, workflow};
 use crate::server::repo::{NewAgentProfile, NewWorkflow, NewWorkflowStep, RepoResult, Repository};
@@ -80,17 +80,25 @@ pub async fn build_state(
             "recovered interrupted clarification deliveries (L19)"
         );
     }
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let hub = events::connect(
+        repo.postgres_options(),
+        &runtime.server_id,
+        HUB_CAPACITY,
+        shutdown.clone(),
+    )
+    .await?;
     let state = AppState {
         leptos_options,
         repo,
-        hub: InProcessHub::new(HUB_CAPACITY),
+        hub,
         clock,
         epoch,
         pending_sequence: Arc::new(AtomicU64::new(0)),
         hooks: Arc::new(Hooks::default()),
         runtime: Arc::new(Runtime::new(runtime)),
         metrics: Arc::default(),
-        shutdown: tokio_util::sync::CancellationToken::new(),
+        shutdown,
     };
     let completed = recovery::recover_sessions(state.repo.as_ref(), state.clock.now()).await?;
     let failed = reconcile::reconcile_all(&state).await?;

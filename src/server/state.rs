@@ -29,8 +29,20 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// P9: reserves the next revision; call before the authoritative read it labels.
-    pub fn next_pending_revision(&self) -> PendingActionRevision {
+    /// P9: reserves the next revision; call before the authoritative read it labels. On
+    /// PostgreSQL the revision comes from the database, so the snapshots of several servers
+    /// order among each other; on SQLite (one server) from this server's epoch and counter.
+    pub async fn next_pending_revision(&self) -> PendingActionRevision {
+        match self.repo.reserve_pending_revision().await {
+            Ok(Some((epoch, sequence))) => {
+                return PendingActionRevision {
+                    epoch: epoch.to_string(),
+                    sequence: u64::try_from(sequence).unwrap_or_default(),
+                };
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot reserve a pending revision"),
+        }
         PendingActionRevision {
             epoch: self.epoch.to_string(),
             sequence: self.pending_sequence.fetch_add(1, Ordering::SeqCst) + 1,

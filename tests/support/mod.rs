@@ -4,6 +4,8 @@
 //! skipped elsewhere with a visible line.
 #![allow(dead_code)]
 
+pub mod ws;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -183,6 +185,7 @@ impl TestServer {
             .site_addr(addr)
             .build();
         let mut runtime = RuntimeConfig {
+            server_id: uuid::Uuid::now_v7().simple().to_string(),
             self_url: format!("http://{addr}"),
             mock_agent: env!("CARGO_BIN_EXE_mock_agent").into(),
             workdir: temp_dir("workspace"),

@@ -1,6 +1,8 @@
 //! The event hub: services publish notifications after their transaction commits (P10); the
-//! projector and WebSocket clients subscribe. A trait, so a PostgreSQL LISTEN/NOTIFY bridge can
-//! relay between replicas later without touching publishers.
+//! projector and WebSocket clients subscribe. On SQLite the hub is in-process; on PostgreSQL
+//! [`bridge::PgBridge`] also relays events between the servers sharing the database.
+
+pub mod bridge;
 
 use std::sync::{Arc, OnceLock};
 
@@ -20,6 +22,9 @@ pub struct Event {
     pub payload: Arc<Value>,
     pub task_id: Option<String>,
     pub session_id: Option<String>,
+    /// Relayed from another server (or made by the bridge itself): never sent on, and the
+    /// projector leaves it to the server where it happened.
+    pub remote: bool,
     frame: Arc<OnceLock<String>>,
 }
 
@@ -51,6 +56,7 @@ impl From<Notification> for Event {
             payload: Arc::new(payload),
             task_id,
             session_id,
+            remote: false,
             frame: Arc::default(),
         }
     }
@@ -64,6 +70,7 @@ impl Event {
             payload: Arc::new(payload),
             task_id: None,
             session_id: None,
+            remote: false,
             frame: Arc::default(),
         }
     }
@@ -86,12 +93,13 @@ impl Event {
     /// P4: events after which the projector re-reads the pending state of the task.
     pub fn refreshes_projection(&self) -> bool {
         let a = self.action.as_str();
-        a.starts_with("session.message.")
-            || a.starts_with("session.turn.")
-            || a.starts_with("clarification.")
-            || a.starts_with("permission.")
-            || a == "session.state_changed"
-            || a == "session.created"
+        !self.remote
+            && (a.starts_with("session.message.")
+                || a.starts_with("session.turn.")
+                || a.starts_with("clarification.")
+                || a.starts_with("permission.")
+                || a == "session.state_changed"
+                || a == "session.created")
     }
 }
 
@@ -99,6 +107,51 @@ pub trait EventHub: Send + Sync + 'static {
     /// Publishes to every current subscriber; call only after the write committed (P10).
     fn publish(&self, event: Event);
     fn subscribe(&self) -> broadcast::Receiver<Event>;
+    /// The connection that receives other servers' events, when there is one (`/healthz`).
+    fn listener(&self) -> Option<ListenerState> {
+        None
+    }
+}
+
+/// The state of the bridge's listener connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ListenerState {
+    Connected = 0,
+    Reconnecting = 1,
+}
+
+impl ListenerState {
+    pub fn from_u8(v: u8) -> Self {
+        if v == ListenerState::Connected as u8 {
+            ListenerState::Connected
+        } else {
+            ListenerState::Reconnecting
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListenerState::Connected => "connected",
+            ListenerState::Reconnecting => "reconnecting",
+        }
+    }
+}
+
+/// The hub for the repository's database: the PostgreSQL bridge when the repository has a
+/// PostgreSQL pool, else in-process.
+pub async fn connect(
+    postgres: Option<sqlx::postgres::PgConnectOptions>,
+    server_id: &str,
+    capacity: usize,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Result<Arc<dyn EventHub>, sqlx::Error> {
+    Ok(match postgres {
+        Some(options) => {
+            bridge::PgBridge::start(options, server_id.to_string(), capacity, shutdown).await?
+        }
+        None => InProcessHub::new(capacity),
+    })
 }
 
 /// The in-process hub: a bounded tokio broadcast channel. A subscriber that falls behind gets

@@ -48,7 +48,7 @@ fn send(state: &AppState, n: Notification) {
 /// P1 for one session with its P9 revision (reserved before the authoritative read); `None`
 /// when the read fails.
 async fn pending_of(state: &AppState, session_id: &str) -> Option<PendingSnapshot> {
-    let revision = state.next_pending_revision();
+    let revision = state.next_pending_revision().await;
     match state
         .repo
         .pending_actions_for_sessions(&[session_id.to_string()])

@@ -253,7 +253,7 @@ pub async fn view(state: &AppState, id: &str) -> Result<Session, AppError> {
         .get_session(id)
         .await?
         .ok_or_else(|| AppError::NotFound(format!("session {id}")))?;
-    let revision = state.next_pending_revision();
+    let revision = state.next_pending_revision().await;
     let pending = state
         .repo
         .pending_actions_for_sessions(std::slice::from_ref(&s.id))

@@ -273,4 +273,6 @@ pub trait Repository:
     + 'static
 {
     fn backend(&self) -> Backend;
+    /// How to reach this database when it is PostgreSQL (for the event bridge).
+    fn postgres_options(&self) -> Option<sqlx::postgres::PgConnectOptions>;
 }

@@ -19,6 +19,10 @@ impl RowsAffected for sqlx::postgres::PgQueryResult {
 impl SqlBackend for Postgres {
     const KIND: Backend = Backend::Postgres;
     const BEGIN_WRITE: &'static str = "BEGIN";
+
+    fn postgres_options(pool: &sqlx::Pool<Self>) -> Option<sqlx::postgres::PgConnectOptions> {
+        Some((*pool.connect_options()).clone())
+    }
 }
 
 impl PostgresRepository {

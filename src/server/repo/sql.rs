@@ -113,6 +113,9 @@ pub(super) use stmt_with_ids;
 /// What differs between the two databases; everything else is shared SQL.
 pub trait SqlBackend: Database<Arguments: IntoArguments<Self>, QueryResult: RowsAffected> {
     const KIND: Backend;
+    /// The pool's connection options when this is PostgreSQL (the event bridge opens its own
+    /// connections to the same database).
+    fn postgres_options(pool: &Pool<Self>) -> Option<sqlx::postgres::PgConnectOptions>;
     /// How a write transaction begins. SQLite: `BEGIN IMMEDIATE`, so a read-then-write
     /// transaction never fails to upgrade its lock.
     const BEGIN_WRITE: &'static str;
@@ -149,5 +152,9 @@ where
 {
     fn backend(&self) -> Backend {
         DB::KIND
+    }
+
+    fn postgres_options(&self) -> Option<sqlx::postgres::PgConnectOptions> {
+        DB::postgres_options(&self.pool)
     }
 }

@@ -21,6 +21,10 @@ impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
 impl SqlBackend for Sqlite {
     const KIND: Backend = Backend::Sqlite;
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+
+    fn postgres_options(_: &sqlx::Pool<Self>) -> Option<sqlx::postgres::PgConnectOptions> {
+        None
+    }
 }
 
 impl SqliteRepository {

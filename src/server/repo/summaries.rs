@@ -9,7 +9,7 @@ use super::sql::{
     CAS_SUMMARY_INSERT, CAS_SUMMARY_UPDATE, RowsAffected, SqlBackend, SqlRepository, json,
     stmt_with_ids,
 };
-use super::{CasOutcome, RepoResult, SummaryRecord, SummaryRow, SummaryWrite};
+use super::{Backend, CasOutcome, RepoResult, SummaryRecord, SummaryRow, SummaryWrite};
 use crate::model::SummaryBody;
 use crate::server::time::Micros;
 
@@ -19,6 +19,11 @@ pub trait SummaryStore: Send + Sync {
     async fn bump_epoch(&self) -> RepoResult<i64>;
 
     async fn current_epoch(&self) -> RepoResult<i64>;
+
+    /// P9 across servers: the current epoch and the next value of one database-wide sequence,
+    /// reserved together; `None` where revisions stay in the server's memory (SQLite, one
+    /// server).
+    async fn reserve_pending_revision(&self) -> RepoResult<Option<(i64, i64)>>;
 
     async fn get_summary(&self, task_id: &str) -> RepoResult<Option<SummaryRecord>>;
 
@@ -79,6 +84,19 @@ where
                 .await?
                 .unwrap_or(0),
         )
+    }
+
+    async fn reserve_pending_revision(&self) -> RepoResult<Option<(i64, i64)>> {
+        if DB::KIND == Backend::Sqlite {
+            return Ok(None);
+        }
+        Ok(Some(
+            sqlx::query_as::<DB, (i64, i64)>(
+                "SELECT (SELECT value FROM meta WHERE key = 'epoch'), nextval('pending_revisions')",
+            )
+            .fetch_one(&self.pool)
+            .await?,
+        ))
     }
 
     async fn get_summary(&self, task_id: &str) -> RepoResult<Option<SummaryRecord>> {

@@ -10,7 +10,7 @@ pub async fn list_sessions(state: &AppState, task_id: &str) -> Result<Vec<Sessio
     }
     let sessions = state.repo.list_sessions(task_id).await?;
     // P9: the sequence is reserved before the authoritative read.
-    let revision = state.next_pending_revision();
+    let revision = state.next_pending_revision().await;
     let ids: Vec<String> = sessions.iter().map(|s| s.id.clone()).collect();
     let pending = state.repo.pending_actions_for_sessions(&ids).await.map_err(|e| {
         tracing::error!(task_id, error = %e, "pending projection failed; refusing a falsely clean list");

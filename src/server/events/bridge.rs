@@ -1,0 +1,333 @@
+//! Several servers on one PostgreSQL database (issue 13, part 1): every server publishes its
+//! committed events with `NOTIFY` and relays the other servers' events to its own subscribers
+//! (WebSocket clients). A payload too large for `NOTIFY` is stored in `event_spill` and the
+//! notification names its row. A server whose listener connection was lost, or whose outgoing
+//! queue overflowed, tells its clients (or every server's clients) to `resync` (P10).
+//! Decision: docs/decisions/0018-event-bridge.md.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::{PgPool, Row};
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use super::{Event, EventHub, InProcessHub, ListenerState};
+
+/// The `LISTEN`/`NOTIFY` channel of every server on the database.
+pub const CHANNEL: &str = "turnstile_events";
+/// Bodies up to this size travel in the notification (PostgreSQL's limit is 8,000 bytes).
+pub const INLINE_LIMIT: usize = 7_000;
+/// Events waiting to be sent; beyond it the other servers are told to resync.
+const OUTBOX: usize = 4_096;
+/// Between attempts to reconnect the listener.
+const RETRY: Duration = Duration::from_millis(250);
+/// Spilled bodies older than this are deleted (a receiver reads them within moments).
+const SPILL_TTL_MICROS: i64 = 10 * 60 * 1_000_000;
+
+pub struct PgBridge {
+    local: Arc<InProcessHub>,
+    outbox: mpsc::Sender<Event>,
+    /// Set when an event could not be queued: the next notification asks for a resync.
+    overflowed: Arc<AtomicBool>,
+    listener: Arc<AtomicU8>,
+}
+
+impl PgBridge {
+    /// Connects the sender and the listener of server `server_id` and starts both tasks; they
+    /// end with `shutdown`.
+    pub async fn start(
+        options: PgConnectOptions,
+        server_id: String,
+        capacity: usize,
+        shutdown: CancellationToken,
+    ) -> Result<Arc<Self>, sqlx::Error> {
+        let sender_pool = PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(options.clone().application_name("turnstile-notify"))
+            .await?;
+        let listener_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.application_name(&format!("turnstile-listener {server_id}")))
+            .await?;
+        let listener = listen(&listener_pool).await?;
+        let local = InProcessHub::new(capacity);
+        let (outbox, queued) = mpsc::channel(OUTBOX);
+        let bridge = Arc::new(PgBridge {
+            local: local.clone(),
+            outbox,
+            overflowed: Arc::new(AtomicBool::new(false)),
+            listener: Arc::new(AtomicU8::new(ListenerState::Connected as u8)),
+        });
+        tokio::spawn(send_loop(
+            sender_pool.clone(),
+            server_id.clone(),
+            queued,
+            bridge.overflowed.clone(),
+            shutdown.clone(),
+        ));
+        tokio::spawn(listen_loop(
+            listener,
+            listener_pool,
+            sender_pool,
+            server_id,
+            local,
+            bridge.listener.clone(),
+            shutdown,
+        ));
+        Ok(bridge)
+    }
+}
+
+impl EventHub for PgBridge {
+    fn publish(&self, event: Event) {
+        self.local.publish(event.clone());
+        if event.remote {
+            return;
+        }
+        if self.outbox.try_send(event).is_err() {
+            self.overflowed.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.local.subscribe()
+    }
+
+    fn listener(&self) -> Option<ListenerState> {
+        Some(ListenerState::from_u8(self.listener.load(Ordering::SeqCst)))
+    }
+}
+
+/// The notification body of a local event.
+fn body(origin: &str, e: &Event) -> String {
+    json!({
+        "o": origin,
+        "a": e.action,
+        "t": e.task_id,
+        "s": e.session_id,
+        "p": *e.payload,
+    })
+    .to_string()
+}
+
+async fn notify(pool: &PgPool, body: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(CHANNEL)
+        .bind(body)
+        .execute(pool)
+        .await
+        .map(|_| ())
+}
+
+/// Sends local events in publication order.
+async fn send_loop(
+    pool: PgPool,
+    origin: String,
+    mut queued: mpsc::Receiver<Event>,
+    overflowed: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+) {
+    let resync = json!({ "o": origin, "resync": "lost" }).to_string();
+    let mut spilled = 0u64;
+    loop {
+        let event = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            e = queued.recv() => match e { Some(e) => e, None => return },
+        };
+        if overflowed.swap(false, Ordering::SeqCst)
+            && let Err(e) = notify(&pool, &resync).await
+        {
+            tracing::warn!(error = %e, "cannot ask the other servers to resync");
+            overflowed.store(true, Ordering::SeqCst);
+        }
+        let text = body(&origin, &event);
+        let sent = if text.len() <= INLINE_LIMIT {
+            notify(&pool, &text).await
+        } else {
+            spilled += 1;
+            spill(&pool, &origin, &text, spilled.is_multiple_of(64)).await
+        };
+        if let Err(e) = sent {
+            // Another server missed this event: it resyncs its clients.
+            tracing::warn!(error = %e, action = %event.action, "cannot relay an event");
+            overflowed.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Stores a large body and notifies its row id; now and then deletes old rows.
+async fn spill(pool: &PgPool, origin: &str, text: &str, sweep: bool) -> Result<(), sqlx::Error> {
+    let id = uuid::Uuid::now_v7().to_string();
+    let now = chrono::Utc::now().timestamp_micros();
+    sqlx::query("INSERT INTO event_spill (id, body, created_at) VALUES ($1, $2, $3)")
+        .bind(&id)
+        .bind(text)
+        .bind(now)
+        .execute(pool)
+        .await?;
+    if sweep {
+        sqlx::query("DELETE FROM event_spill WHERE created_at < $1")
+            .bind(now - SPILL_TTL_MICROS)
+            .execute(pool)
+            .await?;
+    }
+    notify(pool, &json!({ "o": origin, "spill": id }).to_string()).await
+}
+
+/// What a notification asks of this server.
+#[derive(Debug, PartialEq)]
+enum Received {
+    /// Relay this event.
+    Event(Event),
+    /// Read the body from `event_spill`.
+    Spilled(String),
+    /// The sender lost events: this server's clients refetch.
+    Resync,
+    /// Our own notification, or one we cannot read.
+    Ignore,
+}
+
+fn parse(own: &str, text: &str) -> Received {
+    let Ok(v) = serde_json::from_str::<Value>(text) else {
+        return Received::Ignore;
+    };
+    if v["o"].as_str().is_none_or(|o| o == own) {
+        return Received::Ignore;
+    }
+    if v.get("resync").is_some() {
+        return Received::Resync;
+    }
+    if let Some(id) = v["spill"].as_str() {
+        return Received::Spilled(id.to_string());
+    }
+    let Some(action) = v["a"].as_str() else {
+        return Received::Ignore;
+    };
+    let mut e = Event::new(action, v["p"].clone());
+    e.task_id = v["t"].as_str().map(str::to_string);
+    e.session_id = v["s"].as_str().map(str::to_string);
+    e.remote = true;
+    Received::Event(e)
+}
+
+fn resync(local: &InProcessHub, reason: &str) {
+    let mut e = Event::new("resync", json!({ "reason": reason }));
+    e.remote = true;
+    local.publish(e);
+}
+
+async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Relays other servers' events into the local hub. A lost connection is replaced (its
+/// notifications are gone, so the local clients resync); `/healthz` shows the gap.
+async fn listen_loop(
+    first: PgListener,
+    listener_pool: PgPool,
+    pool: PgPool,
+    own: String,
+    local: Arc<InProcessHub>,
+    state: Arc<AtomicU8>,
+    shutdown: CancellationToken,
+) {
+    let set = |s: ListenerState| state.store(s as u8, Ordering::SeqCst);
+    let mut listener = Some(first);
+    loop {
+        let Some(l) = listener.as_mut() else {
+            match listen(&listener_pool).await {
+                Ok(l) => {
+                    listener = Some(l);
+                    set(ListenerState::Connected);
+                    tracing::warn!("event listener reconnected; clients resync");
+                    resync(&local, "listener");
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "event listener still down");
+                    // A retry delay between attempts, not a wait for state.
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(RETRY) => {}
+                    }
+                }
+            }
+            continue;
+        };
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            n = l.try_recv() => n,
+        };
+        match next {
+            Ok(Some(n)) => match receive(&pool, &own, n.payload()).await {
+                Received::Event(e) => local.publish(e),
+                Received::Resync => resync(&local, "relay"),
+                Received::Spilled(_) | Received::Ignore => {}
+            },
+            // The connection was lost and is already back: what was sent meanwhile is gone.
+            Ok(None) => {
+                tracing::warn!("event listener reconnected; clients resync");
+                resync(&local, "listener");
+            }
+            Err(e) => {
+                set(ListenerState::Reconnecting);
+                tracing::warn!(error = %e, "event listener lost its connection; reconnecting");
+                listener = None;
+            }
+        }
+    }
+}
+
+/// A notification, with a spilled body read back.
+async fn receive(pool: &PgPool, own: &str, text: &str) -> Received {
+    match parse(own, text) {
+        Received::Spilled(id) => {
+            match sqlx::query("SELECT body FROM event_spill WHERE id = $1")
+                .bind(&id)
+                .fetch_optional(pool)
+                .await
+            {
+                Ok(Some(row)) => parse(own, row.get::<&str, _>("body")),
+                // Gone or unreadable: this server's clients refetch instead.
+                _ => Received::Resync,
+            }
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_travels_with_its_routing_and_comes_back_remote() {
+        let e = Event::new("task.created", json!({ "task": { "id": "t1" } }))
+            .for_task("t1")
+            .for_session("s1");
+        let text = body("a", &e);
+        assert_eq!(parse("a", &text), Received::Ignore, "our own notification");
+        let Received::Event(back) = parse("b", &text) else {
+            panic!("relayed")
+        };
+        assert_eq!(back, e);
+        assert!(back.remote);
+    }
+
+    #[test]
+    fn bad_or_partial_notifications_are_ignored_or_resync() {
+        assert_eq!(parse("b", "not json"), Received::Ignore);
+        assert_eq!(parse("b", r#"{"a":"x"}"#), Received::Ignore, "no origin");
+        assert_eq!(parse("b", r#"{"o":"a"}"#), Received::Ignore, "no action");
+        assert_eq!(parse("b", r#"{"o":"a","resync":"lost"}"#), Received::Resync);
+        assert_eq!(
+            parse("b", r#"{"o":"a","spill":"42"}"#),
+            Received::Spilled("42".into())
+        );
+    }
+}

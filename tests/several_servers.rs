@@ -1,0 +1,238 @@
+//! Several servers on one PostgreSQL database (issue 13, part 1: the event bridge). Servers
+//! relay their committed events to each other with LISTEN/NOTIFY; a WebSocket client of one
+//! server sees what happens on another (P10), and pending-action revisions of different
+//! servers order among each other (P9). PostgreSQL only: SQLite is one server by design, and
+//! without `TEST_POSTGRES_URL` these stories print a skip line (under `CI=true` they fail).
+
+mod support;
+
+use serde_json::{Value, json};
+use support::ws::{Socket, connect, next_frame, send};
+use support::{Api, TestServer};
+
+/// Runs `story` on a fresh PostgreSQL database, or says why it did not.
+macro_rules! postgres_only {
+    ($($story:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $story() {
+                let Some(url) = crate::support::postgres_url().await else {
+                    eprintln!("{}: skipped, several servers need PostgreSQL", stringify!($story));
+                    return;
+                };
+                super::$story(url.clone()).await;
+                crate::support::count_story("postgres");
+                crate::support::drop_postgres(&url).await;
+            }
+        )+
+    };
+}
+
+mod on_postgres {
+    postgres_only!(
+        p10_a_question_on_one_server_reaches_the_clients_of_another_and_clears,
+        p9_revisions_of_two_servers_order_by_time_not_by_server,
+        p10_an_event_too_large_for_notify_travels_through_the_spill_table,
+        p10_a_lost_listener_reconnects_and_its_clients_resync,
+    );
+}
+
+async fn resynced(server: &TestServer) -> Socket {
+    let mut ws = connect(server).await;
+    next_frame(&mut ws, |v| v["action"] == "resync").await;
+    ws
+}
+
+fn summary_of(task: &str, pending: Value) -> impl Fn(&Value) -> bool {
+    let task = task.to_string();
+    move |v| {
+        v["action"] == "task.status_summary.updated"
+            && v["payload"]["task_id"] == task.as_str()
+            && v["payload"]["status_summary"]["pending_action"] == pending
+    }
+}
+
+/// (epoch, sequence) of a session snapshot, as clients compare them (P9).
+fn revision(session: &Value) -> (u64, u64) {
+    let r = &session["pending_action_revision"];
+    (
+        r["epoch"].as_str().unwrap().parse().unwrap(),
+        r["sequence"].as_u64().unwrap(),
+    )
+}
+
+async fn p10_a_question_on_one_server_reaches_the_clients_of_another_and_clears(url: String) {
+    let a = TestServer::start(&url).await;
+    let b = TestServer::start(&url).await;
+    let (api_a, api_b) = (Api::new(&a.base), Api::new(&b.base));
+    let mut on_b = resynced(&b).await;
+
+    // The agent runs on A and asks; B's client sees the task wait for an answer.
+    let (task, session) = api_a.start_task("/e2e:clarification").await;
+    next_frame(&mut on_b, summary_of(&task, json!("clarification"))).await;
+    let listed = api_b.get(&format!("/api/v1/tasks/{task}/sessions")).await.1;
+    assert_eq!(listed["sessions"][0]["pending_action"], "clarification");
+
+    // Answered where the agent waits: it gets the answer once, and B's client sees it clear.
+    let pending = api_a.pending_id(&session).await;
+    let (status, body) = api_a
+        .post(
+            &format!("/api/v1/clarifications/{pending}/respond"),
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
+        )
+        .await;
+    assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
+    next_frame(&mut on_b, summary_of(&task, Value::Null)).await;
+    api_a.wait_turns_done(&session, 1).await;
+    let answered = api_a
+        .agent_lines(&session)
+        .await
+        .into_iter()
+        .filter(|l| l.starts_with("You answered:"))
+        .count();
+    assert_eq!(
+        answered, 1,
+        "the agent received the answer exactly once (I3)"
+    );
+    b.stop().await;
+    a.stop().await;
+}
+
+/// Server B starts after A, so B's epoch is greater. A snapshot B reads after A's event must
+/// still order after it, or B's clients would drop B's fresh reads as older than A's events.
+async fn p9_revisions_of_two_servers_order_by_time_not_by_server(url: String) {
+    let early = TestServer::start(&url).await;
+    let late = TestServer::start(&url).await;
+    assert!(late.state.epoch > early.state.epoch);
+    let mut on_early = resynced(&early).await;
+
+    let (task, session) = Api::new(&late.base).start_task("/e2e:clarification").await;
+    let relayed = next_frame(&mut on_early, |v| {
+        v["action"] == "session.state_changed"
+            && v["payload"]["session"]["id"] == session.as_str()
+            && v["payload"]["session"]["pending_action"] == "clarification"
+    })
+    .await;
+    let read_later = Api::new(&early.base)
+        .get(&format!("/api/v1/tasks/{task}/sessions"))
+        .await
+        .1;
+    assert!(
+        revision(&read_later["sessions"][0]) > revision(&relayed["payload"]["session"]),
+        "a later read orders after an earlier event: {} vs {}",
+        read_later["sessions"][0]["pending_action_revision"],
+        relayed["payload"]["session"]["pending_action_revision"]
+    );
+    late.stop().await;
+    early.stop().await;
+}
+
+async fn p10_an_event_too_large_for_notify_travels_through_the_spill_table(url: String) {
+    let a = TestServer::start(&url).await;
+    let b = TestServer::start(&url).await;
+    let api_a = Api::new(&a.base);
+    // An idle session: the next prompt starts a turn at once and its row is written.
+    let (_, session) = api_a.start_task("hello").await;
+    api_a.wait_turns_done(&session, 1).await;
+    let mut on_b = resynced(&b).await;
+    send(
+        &mut on_b,
+        json!({ "type": "request", "id": 1, "action": "subscribe.session", "payload": { "session_id": session } }),
+    )
+    .await;
+    next_frame(&mut on_b, |v| v["id"] == 1).await;
+
+    // Far beyond NOTIFY's 8,000 bytes.
+    let long = "x".repeat(20_000);
+    let (status, _) = api_a
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": long }),
+        )
+        .await;
+    assert!(status.is_success(), "{status}");
+    let added = next_frame(&mut on_b, |v| {
+        v["action"] == "session.message.added"
+            && v["payload"]["message"]["author"] == "user"
+            && v["payload"]["message"]["content"]
+                .as_str()
+                .is_some_and(|c| c.len() == 20_000)
+    })
+    .await;
+    assert_eq!(added["payload"]["message"]["session_id"], session.as_str());
+    b.stop().await;
+    a.stop().await;
+}
+
+async fn p10_a_lost_listener_reconnects_and_its_clients_resync(url: String) {
+    let a = TestServer::start(&url).await;
+    let b = TestServer::start(&url).await;
+    let api_b = Api::new(&b.base);
+    let listening = format!(
+        "turnstile_event_listener_connected{{server_id=\"{}\"}} 1",
+        b.state.runtime.config.server_id
+    );
+    let metrics = || async {
+        let r = api_b.client.get(b.url("/metrics")).send().await.unwrap();
+        r.text().await.unwrap()
+    };
+    assert!(metrics().await.contains(&listening));
+    assert_eq!(
+        api_b.get("/healthz").await,
+        (reqwest::StatusCode::OK, json!({ "status": "ok" }))
+    );
+    let mut on_b = resynced(&b).await;
+
+    // Cut B's listener connection from the database side, and keep it out for a while: B
+    // answers /healthz with 503 until it is back.
+    let admin = std::env::var("TEST_POSTGRES_URL").unwrap();
+    let database = url.rsplit('/').next().unwrap().split('?').next().unwrap();
+    support::raw_exec(
+        &admin,
+        &format!("ALTER DATABASE {database} ALLOW_CONNECTIONS false"),
+    )
+    .await;
+    support::raw_exec(
+        &admin,
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{database}' AND application_name = 'turnstile-listener {}'",
+            b.state.runtime.config.server_id
+        ),
+    )
+    .await;
+    support::until("B to report its listener down", async || {
+        api_b.get("/healthz").await
+            == (
+                reqwest::StatusCode::SERVICE_UNAVAILABLE,
+                json!({
+                    "status": "degraded",
+                    "server_id": b.state.runtime.config.server_id,
+                    "listener": "reconnecting",
+                }),
+            )
+    })
+    .await;
+    assert!(metrics().await.contains(&listening.replace("} 1", "} 0")));
+    support::raw_exec(
+        &admin,
+        &format!("ALTER DATABASE {database} ALLOW_CONNECTIONS true"),
+    )
+    .await;
+    let resync = next_frame(&mut on_b, |v| v["action"] == "resync").await;
+    assert_eq!(resync["payload"]["reason"], "listener");
+
+    // Back in the relay: what A does next reaches B's client.
+    let (status, created) = Api::new(&a.base)
+        .post("/api/v1/tasks", json!({ "title": "after the cut" }))
+        .await;
+    assert!(status.is_success(), "{status} {created}");
+    next_frame(&mut on_b, |v| {
+        v["action"] == "task.created" && v["payload"]["task"]["title"] == "after the cut"
+    })
+    .await;
+    assert!(metrics().await.contains(&listening));
+    assert_eq!(api_b.get("/healthz").await.1, json!({ "status": "ok" }));
+    b.stop().await;
+    a.stop().await;
+}

@@ -1,0 +1,50 @@
+//! A WebSocket client of the server under test (spec/api.md WebSocket).
+
+use futures::{SinkExt, StreamExt};
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::TestServer;
+
+pub type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+pub async fn connect(server: &TestServer) -> Socket {
+    let url = server.url("/ws").replacen("http://", "ws://", 1);
+    let (socket, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("websocket connect");
+    socket
+}
+
+/// Next JSON frame matching `pred`, with a deadline.
+pub async fn next_frame(socket: &mut Socket, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let frame = tokio::time::timeout(remaining, socket.next())
+            .await
+            .expect("timed out waiting for a frame");
+        if let Some(Ok(Message::Text(text))) = frame {
+            let v: Value = serde_json::from_str(text.as_str()).expect("json frame");
+            // The browser's parser (no derive buffering) reads every frame as the derive does.
+            assert_eq!(
+                turnstile::model::Envelope::from_json(text.as_str()).ok(),
+                serde_json::from_str::<turnstile::model::Envelope>(text.as_str()).ok(),
+                "{text}"
+            );
+            if pred(&v) {
+                return v;
+            }
+        } else if frame.is_none() {
+            panic!("socket closed");
+        }
+    }
+}
+
+pub async fn send(socket: &mut Socket, v: Value) {
+    socket
+        .send(Message::Text(v.to_string().into()))
+        .await
+        .unwrap();
+}
