@@ -34,6 +34,9 @@ mod on_postgres {
         p9_revisions_of_two_servers_order_by_time_not_by_server,
         p10_an_event_too_large_for_notify_travels_through_the_spill_table,
         p10_a_lost_listener_reconnects_and_its_clients_resync,
+        i3_an_answer_given_on_another_server_reaches_the_waiting_agent_once,
+        l13_concurrent_responders_on_three_servers_claim_once,
+        i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once,
     );
 }
 
@@ -234,5 +237,146 @@ async fn p10_a_lost_listener_reconnects_and_its_clients_resync(url: String) {
     assert!(metrics().await.contains(&listening));
     assert_eq!(api_b.get("/healthz").await.1, json!({ "status": "ok" }));
     b.stop().await;
+    a.stop().await;
+}
+
+fn answer(option: &str) -> Value {
+    json!({ "answers": [{ "question_id": "db", "selected_options": [option] }] })
+}
+
+/// Three servers: the agent waits on A, a client watches B, the answer is given on C. The
+/// answer reaches the waiting call on A (no owed resume, no agent on C) exactly once.
+async fn i3_an_answer_given_on_another_server_reaches_the_waiting_agent_once(url: String) {
+    let a = TestServer::start(&url).await;
+    let b = TestServer::start(&url).await;
+    let c = TestServer::start(&url).await;
+    let api_a = Api::new(&a.base);
+    let mut on_b = resynced(&b).await;
+    let (task, session) = api_a.start_task("/e2e:clarification").await;
+    next_frame(&mut on_b, summary_of(&task, json!("clarification"))).await;
+    let pending = api_a.pending_id(&session).await;
+
+    let (status, body) = Api::new(&c.base)
+        .post(
+            &format!("/api/v1/clarifications/{pending}/respond"),
+            answer("postgresql"),
+        )
+        .await;
+    assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
+    next_frame(&mut on_b, summary_of(&task, Value::Null)).await;
+    let turns = api_a.wait_turns_done(&session, 1).await;
+    assert_eq!(
+        turns.len(),
+        1,
+        "delivered live in the asking turn, not as a resume: {turns:?}"
+    );
+    let lines = api_a.agent_lines(&session).await;
+    let answered: Vec<_> = lines
+        .iter()
+        .filter(|l| l.starts_with("You answered:"))
+        .collect();
+    assert_eq!(answered.len(), 1, "{lines:?}");
+    assert!(answered[0].contains("postgresql"), "{lines:?}");
+    assert_eq!(c.state.runtime.agents.count(), 0, "C started no agent");
+    let bundle = Api::new(&b.base)
+        .get(&format!("/api/v1/clarifications/{pending}"))
+        .await
+        .1;
+    assert_eq!(bundle["status"], "answered");
+    c.stop().await;
+    b.stop().await;
+    a.stop().await;
+}
+
+/// L13 across servers: responders on A, B and C at once; one claim wins.
+async fn l13_concurrent_responders_on_three_servers_claim_once(url: String) {
+    let servers = [
+        TestServer::start(&url).await,
+        TestServer::start(&url).await,
+        TestServer::start(&url).await,
+    ];
+    let api_a = Api::new(&servers[0].base);
+    let (_, session) = api_a.start_task("/e2e:clarification").await;
+    let pending = api_a.pending_id(&session).await;
+    let options = ["postgresql", "sqlite", "mongodb"];
+    let responses = futures::future::join_all(servers.iter().zip(options).map(|(s, o)| {
+        let api = Api::new(&s.base);
+        let path = format!("/api/v1/clarifications/{pending}/respond");
+        async move { api.post(&path, answer(o)).await }
+    }))
+    .await;
+    let winners: Vec<_> = responses
+        .iter()
+        .filter(|(status, body)| status.as_u16() == 200 && body["claimed"] == true)
+        .collect();
+    assert_eq!(winners.len(), 1, "{responses:?}");
+    let chosen = winners[0].1["response"]["answers"][0]["selected_options"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    api_a.wait_turns_done(&session, 1).await;
+    let lines = api_a.agent_lines(&session).await;
+    let answered: Vec<_> = lines
+        .iter()
+        .filter(|l| l.starts_with("You answered:"))
+        .collect();
+    assert_eq!(answered.len(), 1, "{lines:?}");
+    assert!(answered[0].contains(&chosen), "{lines:?}");
+    for s in servers {
+        s.stop().await;
+    }
+}
+
+/// The bundle is still attached but no server holds its call (here: the test took A's waiter
+/// out of A's memory, as a server that died without detaching would leave it). The offer goes
+/// unanswered, is withdrawn, and the answer becomes an owed resume delivered once (L17, I4).
+async fn i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once(url: String) {
+    let a = TestServer::start(&url).await;
+    let c = TestServer::start(&url).await;
+    let api_a = Api::new(&a.base);
+    let (_, session) = api_a.start_task("/e2e:clarification").await;
+    let pending = api_a.pending_id(&session).await;
+    let held = a
+        .state
+        .runtime
+        .waiters
+        .take(&pending)
+        .expect("A holds the waiting call");
+
+    let (status, body) = Api::new(&c.base)
+        .post(
+            &format!("/api/v1/clarifications/{pending}/respond"),
+            answer("sqlite"),
+        )
+        .await;
+    assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
+    let api_c = Api::new(&c.base);
+    // The asking turn stays open on A; the resume turn runs (on C, whose worker owes it).
+    let turns = api_c
+        .wait_for(
+            &format!("/api/v1/sessions/{session}/turns"),
+            "the owed resume to run",
+            |v| {
+                v["turns"]
+                    .as_array()
+                    .is_some_and(|t| t.len() >= 2 && t[1]["completed_at"].is_string())
+            },
+        )
+        .await;
+    assert_eq!(
+        turns["turns"].as_array().unwrap().len(),
+        2,
+        "one resume: {turns}"
+    );
+    let lines = api_c.agent_lines(&session).await;
+    let delivered = lines
+        .iter()
+        .filter(|l| {
+            l.starts_with("Thanks, continuing with your answer:") || l.starts_with("You answered:")
+        })
+        .count();
+    assert_eq!(delivered, 1, "{lines:?}");
+    drop(held);
+    c.stop().await;
     a.stop().await;
 }

@@ -6,3 +6,12 @@ CREATE TABLE event_spill (
     created_at BIGINT NOT NULL
 );
 CREATE INDEX event_spill_created ON event_spill (created_at);
+
+-- An answer given on one server for a call waiting on another: offered, then delivered by the
+-- server that holds the call or withdrawn by the one that offered it (one compare-and-set
+-- decides, so the agent gets the answer once: live there, or as an owed resume).
+CREATE TABLE answer_handoffs (
+    pending_id TEXT PRIMARY KEY,
+    state TEXT NOT NULL CHECK (state IN ('offered', 'delivered', 'withdrawn')),
+    created_at BIGINT NOT NULL
+);

@@ -109,6 +109,10 @@ pub async fn build_state(
         );
     }
     projector::spawn(state.clone());
+    // Issue 13: answers given on other servers for calls waiting here.
+    if let Some(offers) = state.hub.take_offers() {
+        crate::server::clarification::handoff::serve(state.clone(), offers);
+    }
     // N3: turns recovery completed run (or defer) their step action like any completion.
     let mut touched = std::collections::BTreeSet::new();
     for t in &completed {

@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::handoff::{self, Handoff};
 use crate::model::{Answer, AppError, BundleStatus, Response};
 use crate::server::hooks::Point;
 use crate::server::orchestrator::{permissions, publish, worker, workflow};
@@ -98,7 +99,7 @@ pub fn validate(bundle: &BundleView, body: &RespondBody) -> Result<(bool, Vec<An
     Ok((false, answers))
 }
 
-fn stored_response(r: &BundleRecord) -> Option<Response> {
+pub(super) fn stored_response(r: &BundleRecord) -> Option<Response> {
     r.response
         .as_deref()
         .and_then(|j| serde_json::from_str(j).ok())
@@ -167,6 +168,14 @@ pub async fn respond(
             }
             // The call ended after we took it: it goes the detached way instead.
             Err(_) => tracing::debug!(pending_id, "the waiter left; delivering as detached"),
+        }
+    }
+    // Issue 13: the call may wait on another server (the bundle is still attached there).
+    if !finalized && !record.detached && state.hub.listener().is_some() {
+        match handoff::offer(state, pending_id).await {
+            Ok(Handoff::Delivered) => return Ok(won),
+            Ok(Handoff::NotTaken) => {}
+            Err(e) => return Err(undo(state, &record, e.to_string(), Undo::Announce).await),
         }
     }
     if rejected {
@@ -275,7 +284,7 @@ async fn claim_or_lose(
 }
 
 /// Records that the claimed outcome was handed over (or, for a rejection, is final).
-async fn finalize(state: &AppState, pending_id: &str) -> Result<(), RepoError> {
+pub(super) async fn finalize(state: &AppState, pending_id: &str) -> Result<(), RepoError> {
     state.hooks.check(Point::Finalize)?;
     state.repo.finalize_delivery(pending_id).await.map(|_| ())
 }

@@ -5,14 +5,15 @@
 //! queue overflowed, tells its clients (or every server's clients) to `resync` (P10).
 //! Decision: docs/decisions/0018-event-bridge.md.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{PgPool, Row};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::{Event, EventHub, InProcessHub, ListenerState};
@@ -28,9 +29,21 @@ const RETRY: Duration = Duration::from_millis(250);
 /// Spilled bodies older than this are deleted (a receiver reads them within moments).
 const SPILL_TTL_MICROS: i64 = 10 * 60 * 1_000_000;
 
+/// What the sender task sends: an event, or a message between servers about one answer.
+enum Outgoing {
+    Event(Event),
+    Text(String),
+}
+
+/// Who waits for a delivery confirmation: `pending_id` → the offering call.
+type Replies = Arc<Mutex<HashMap<String, oneshot::Sender<bool>>>>;
+
 pub struct PgBridge {
+    server_id: String,
     local: Arc<InProcessHub>,
-    outbox: mpsc::Sender<Event>,
+    outbox: mpsc::Sender<Outgoing>,
+    replies: Replies,
+    offers: Mutex<Option<mpsc::Receiver<String>>>,
     /// Set when an event could not be queued: the next notification asks for a resync.
     overflowed: Arc<AtomicBool>,
     listener: Arc<AtomicU8>,
@@ -56,9 +69,13 @@ impl PgBridge {
         let listener = listen(&listener_pool).await?;
         let local = InProcessHub::new(capacity);
         let (outbox, queued) = mpsc::channel(OUTBOX);
+        let (offered, offers) = mpsc::channel(OUTBOX);
         let bridge = Arc::new(PgBridge {
+            server_id: server_id.clone(),
             local: local.clone(),
             outbox,
+            replies: Replies::default(),
+            offers: Mutex::new(Some(offers)),
             overflowed: Arc::new(AtomicBool::new(false)),
             listener: Arc::new(AtomicU8::new(ListenerState::Connected as u8)),
         });
@@ -74,7 +91,11 @@ impl PgBridge {
             listener_pool,
             sender_pool,
             server_id,
-            local,
+            Relay {
+                local,
+                offered,
+                replies: bridge.replies.clone(),
+            },
             bridge.listener.clone(),
             shutdown,
         ));
@@ -88,8 +109,36 @@ impl EventHub for PgBridge {
         if event.remote {
             return;
         }
-        if self.outbox.try_send(event).is_err() {
+        if self.outbox.try_send(Outgoing::Event(event)).is_err() {
             self.overflowed.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn offer_answer(&self, pending_id: &str) -> Option<oneshot::Receiver<bool>> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut replies = self.replies.lock().expect("replies lock");
+            // Offers whose caller stopped waiting.
+            replies.retain(|_, waiting| !waiting.is_closed());
+            replies.insert(pending_id.to_string(), tx);
+        }
+        let text = json!({ "o": self.server_id, "offer": pending_id }).to_string();
+        // Not queued: the offer goes unanswered and the caller takes the detached path.
+        let _ = self.outbox.try_send(Outgoing::Text(text));
+        Some(rx)
+    }
+
+    fn take_offers(&self) -> Option<mpsc::Receiver<String>> {
+        self.offers.lock().expect("offers lock").take()
+    }
+
+    fn confirm_delivery(&self, pending_id: &str) {
+        let text = json!({ "o": self.server_id, "delivered": pending_id }).to_string();
+        if self.outbox.try_send(Outgoing::Text(text)).is_err() {
+            tracing::warn!(
+                pending_id,
+                "cannot confirm a delivery; the offering server withdraws"
+            );
         }
     }
 
@@ -127,16 +176,24 @@ async fn notify(pool: &PgPool, body: &str) -> Result<(), sqlx::Error> {
 async fn send_loop(
     pool: PgPool,
     origin: String,
-    mut queued: mpsc::Receiver<Event>,
+    mut queued: mpsc::Receiver<Outgoing>,
     overflowed: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) {
     let resync = json!({ "o": origin, "resync": "lost" }).to_string();
     let mut spilled = 0u64;
     loop {
-        let event = tokio::select! {
+        let event = match tokio::select! {
             _ = shutdown.cancelled() => return,
             e = queued.recv() => match e { Some(e) => e, None => return },
+        } {
+            Outgoing::Event(e) => e,
+            Outgoing::Text(text) => {
+                if let Err(e) = notify(&pool, &text).await {
+                    tracing::warn!(error = %e, "cannot send a message to the other servers");
+                }
+                continue;
+            }
         };
         if overflowed.swap(false, Ordering::SeqCst)
             && let Err(e) = notify(&pool, &resync).await
@@ -187,6 +244,10 @@ enum Received {
     Spilled(String),
     /// The sender lost events: this server's clients refetch.
     Resync,
+    /// Another server offers the answer of a call that may wait here.
+    Offer(String),
+    /// Another server delivered the answer we offered.
+    Delivered(String),
     /// Our own notification, or one we cannot read.
     Ignore,
 }
@@ -203,6 +264,12 @@ fn parse(own: &str, text: &str) -> Received {
     }
     if let Some(id) = v["spill"].as_str() {
         return Received::Spilled(id.to_string());
+    }
+    if let Some(id) = v["offer"].as_str() {
+        return Received::Offer(id.to_string());
+    }
+    if let Some(id) = v["delivered"].as_str() {
+        return Received::Delivered(id.to_string());
     }
     let Some(action) = v["a"].as_str() else {
         return Received::Ignore;
@@ -226,6 +293,13 @@ async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     Ok(listener)
 }
 
+/// Where received notifications go.
+struct Relay {
+    local: Arc<InProcessHub>,
+    offered: mpsc::Sender<String>,
+    replies: Replies,
+}
+
 /// Relays other servers' events into the local hub. A lost connection is replaced (its
 /// notifications are gone, so the local clients resync); `/healthz` shows the gap.
 async fn listen_loop(
@@ -233,10 +307,11 @@ async fn listen_loop(
     listener_pool: PgPool,
     pool: PgPool,
     own: String,
-    local: Arc<InProcessHub>,
+    relay: Relay,
     state: Arc<AtomicU8>,
     shutdown: CancellationToken,
 ) {
+    let local = &relay.local;
     let set = |s: ListenerState| state.store(s as u8, Ordering::SeqCst);
     let mut listener = Some(first);
     loop {
@@ -246,7 +321,7 @@ async fn listen_loop(
                     listener = Some(l);
                     set(ListenerState::Connected);
                     tracing::warn!("event listener reconnected; clients resync");
-                    resync(&local, "listener");
+                    resync(local, "listener");
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "event listener still down");
@@ -266,13 +341,21 @@ async fn listen_loop(
         match next {
             Ok(Some(n)) => match receive(&pool, &own, n.payload()).await {
                 Received::Event(e) => local.publish(e),
-                Received::Resync => resync(&local, "relay"),
+                Received::Resync => resync(local, "relay"),
+                // Full: the offer goes unanswered and its server takes the detached path.
+                Received::Offer(id) => drop(relay.offered.try_send(id)),
+                Received::Delivered(id) => {
+                    let waiting = relay.replies.lock().expect("replies lock").remove(&id);
+                    if let Some(tx) = waiting {
+                        let _ = tx.send(true);
+                    }
+                }
                 Received::Spilled(_) | Received::Ignore => {}
             },
             // The connection was lost and is already back: what was sent meanwhile is gone.
             Ok(None) => {
                 tracing::warn!("event listener reconnected; clients resync");
-                resync(&local, "listener");
+                resync(local, "listener");
             }
             Err(e) => {
                 set(ListenerState::Reconnecting);
@@ -328,6 +411,14 @@ mod tests {
         assert_eq!(
             parse("b", r#"{"o":"a","spill":"42"}"#),
             Received::Spilled("42".into())
+        );
+        assert_eq!(
+            parse("b", r#"{"o":"a","offer":"p"}"#),
+            Received::Offer("p".into())
+        );
+        assert_eq!(
+            parse("b", r#"{"o":"a","delivered":"p"}"#),
+            Received::Delivered("p".into())
         );
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use serde_json::Value;
 
 use crate::model::Notification;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 /// One notification (`action` and `payload` of the WebSocket envelope). `session_id` marks a
 /// session-scoped notification (sent only to subscribers of that session); `task_id` tells the
@@ -111,6 +111,21 @@ pub trait EventHub: Send + Sync + 'static {
     fn listener(&self) -> Option<ListenerState> {
         None
     }
+
+    /// Issue 13: asks the other servers whether one of them holds the waiting call of
+    /// `pending_id` and delivers its (stored) answer; the receiver says whether it did. `None`
+    /// when there are no other servers.
+    fn offer_answer(&self, _pending_id: &str) -> Option<oneshot::Receiver<bool>> {
+        None
+    }
+
+    /// The offers other servers make to this one (taken once, by the service that serves them).
+    fn take_offers(&self) -> Option<mpsc::Receiver<String>> {
+        None
+    }
+
+    /// Tells the offering server that this server delivered `pending_id`'s answer.
+    fn confirm_delivery(&self, _pending_id: &str) {}
 }
 
 /// The state of the bridge's listener connection.

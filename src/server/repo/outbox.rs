@@ -60,6 +60,16 @@ pub trait OutboxStore: Send + Sync {
     /// Hands an owed resume to the agent: one compare-and-set (exactly once), only while it is
     /// the current turn of a non-terminal session; `started_at` becomes `at` (L1).
     async fn dispatch_resume(&self, turn_id: &str, at: Micros) -> RepoResult<bool>;
+
+    /// Issue 13: the answer of `pending_id` is offered to the server holding its waiting call
+    /// (again `offered` if an earlier offer was withdrawn).
+    async fn offer_handoff(&self, pending_id: &str, at: Micros) -> RepoResult<()>;
+
+    /// The holder takes an offered answer: `false` when it was withdrawn first.
+    async fn accept_handoff(&self, pending_id: &str) -> RepoResult<bool>;
+
+    /// The offering server takes its offer back: `false` when the holder accepted it first.
+    async fn withdraw_handoff(&self, pending_id: &str) -> RepoResult<bool>;
 }
 
 #[async_trait]
@@ -258,6 +268,39 @@ where
             .bind(at)
             .execute(&self.pool)
             .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn offer_handoff(&self, pending_id: &str, at: Micros) -> RepoResult<()> {
+        sqlx::query::<DB>(
+            "INSERT INTO answer_handoffs (pending_id, state, created_at) VALUES ($1, 'offered', $2) \
+             ON CONFLICT (pending_id) DO UPDATE SET state = 'offered', created_at = $2 \
+             WHERE answer_handoffs.state = 'withdrawn'",
+        )
+        .bind(pending_id)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn accept_handoff(&self, pending_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE answer_handoffs SET state = 'delivered' WHERE pending_id = $1 AND state = 'offered'",
+        )
+        .bind(pending_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn withdraw_handoff(&self, pending_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE answer_handoffs SET state = 'withdrawn' WHERE pending_id = $1 AND state = 'offered'",
+        )
+        .bind(pending_id)
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected() > 0)
     }
 }

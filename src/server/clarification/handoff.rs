@@ -1,0 +1,134 @@
+//! Issue 13, part 2: an answer given on one server reaches the call waiting on another.
+//! The answering server records an offer and asks the other servers over the event bridge;
+//! the one holding the waiting call accepts (compare-and-set), records the delivery and hands
+//! the answer over live (L15), then confirms. Without a confirmation within [`OFFER_WAIT`] the
+//! offer is withdrawn (compare-and-set) and the answer takes the detached path: an owed resume
+//! (L17/L18). One of the two compare-and-sets wins, so the agent gets the answer once (I3, I4).
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::respond::{finalize, resume_prompt, stored_response};
+use crate::model::BundleStatus;
+use crate::server::orchestrator::{permissions, publish, worker};
+use crate::server::repo::RepoError;
+use crate::server::runtime::WaiterMsg;
+use crate::server::state::AppState;
+
+/// How long the answering server waits for the holder's confirmation.
+pub const OFFER_WAIT: Duration = Duration::from_secs(2);
+
+/// What the waiting call hears when the offer was withdrawn before this server took it.
+const WITHDRAWN: &str = "this question was answered on another server while this call waited; \
+     the answer arrives as your next prompt";
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Handoff {
+    /// The server holding the call delivered the answer (and published it).
+    Delivered,
+    /// Nobody took it: deliver it as an owed resume.
+    NotTaken,
+}
+
+/// Offers the claimed answer of `pending_id` to the server whose call waits for it. `Err`
+/// only when the offer could not be recorded (nothing was sent).
+pub async fn offer(state: &AppState, pending_id: &str) -> Result<Handoff, RepoError> {
+    state
+        .repo
+        .offer_handoff(pending_id, state.clock.now())
+        .await?;
+    if let Some(reply) = state.hub.offer_answer(pending_id)
+        && let Ok(Ok(true)) = tokio::time::timeout(OFFER_WAIT, reply).await
+    {
+        return Ok(Handoff::Delivered);
+    }
+    match state.repo.withdraw_handoff(pending_id).await {
+        Ok(true) => Ok(Handoff::NotTaken),
+        // Accepted just before the withdrawal: the holder delivers it.
+        Ok(false) => Ok(Handoff::Delivered),
+        Err(e) => {
+            // Unknown whether the holder took it. The claim keeps its delivery marker, so
+            // start-up recovery (L19) puts the question back if it never reached the agent.
+            tracing::error!(pending_id, error = %e, "cannot withdraw an answer offer");
+            Ok(Handoff::Delivered)
+        }
+    }
+}
+
+/// Serves the offers of other servers until the channel closes (server shutdown).
+pub fn serve(state: AppState, mut offers: mpsc::Receiver<String>) {
+    tokio::spawn(async move {
+        loop {
+            let pending_id = tokio::select! {
+                _ = state.shutdown.cancelled() => return,
+                next = offers.recv() => match next { Some(id) => id, None => return },
+            };
+            let state = state.clone();
+            tokio::spawn(async move { accept(&state, &pending_id).await });
+        }
+    });
+}
+
+/// Takes an offered answer if this server holds its waiting call.
+async fn accept(state: &AppState, pending_id: &str) {
+    let Some(waiter) = state.runtime.waiters.take(pending_id) else {
+        return;
+    };
+    match state.repo.accept_handoff(pending_id).await {
+        Ok(true) => {}
+        Ok(false) => {
+            // Withdrawn first: the answer is owed on the other server; this wait is over.
+            let _ = waiter.send(WaiterMsg::Ended(WITHDRAWN));
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(pending_id, error = %e, "cannot accept an answer offer");
+            state.runtime.waiters.put(pending_id, waiter);
+            return;
+        }
+    }
+    let bundle = match state.repo.get_bundle(pending_id).await {
+        Ok(Some(b)) => b,
+        other => {
+            tracing::error!(pending_id, ?other, "an accepted answer is unreadable");
+            return;
+        }
+    };
+    let Some(response) = stored_response(&bundle.record) else {
+        tracing::error!(pending_id, "an accepted answer has no response");
+        return;
+    };
+    if let Err(e) = finalize(state, pending_id).await {
+        // The delivery marker stays: start-up recovery (L19) settles it.
+        tracing::error!(pending_id, error = %e, "cannot record a delivery");
+    }
+    let action = if bundle.record.status == BundleStatus::Rejected {
+        publish::BundleEvent::Rejected
+    } else {
+        publish::BundleEvent::Answered
+    };
+    if waiter.send(WaiterMsg::Answer(response.clone())).is_err() {
+        // The call ended as the answer arrived: it becomes an owed resume here (L17).
+        let prompt = resume_prompt(&bundle, &response);
+        match state
+            .repo
+            .owe_resume(pending_id, &prompt, state.clock.now())
+            .await
+        {
+            Ok(Some(_)) => {
+                worker::deliver_owed(state, &bundle.record.session_id, &bundle.record.task_id);
+                super::asking::release_superseded(state, &bundle.record.session_id).await;
+                if let Err(e) =
+                    permissions::cancel_superseded(state, &bundle.record.session_id).await
+                {
+                    tracing::warn!(error = %e, "cannot cancel superseded permission requests");
+                }
+            }
+            Ok(None) => tracing::warn!(pending_id, "the session ended before the answer"),
+            Err(e) => tracing::error!(pending_id, error = %e, "cannot owe an accepted answer"),
+        }
+    }
+    publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
+    state.hub.confirm_delivery(pending_id);
+}
