@@ -171,7 +171,7 @@ pub async fn respond(
         }
     }
     // Issue 13: the call may wait on another server (the bundle is still attached there).
-    if !finalized && !record.detached && state.hub.listener().is_some() {
+    if !finalized && !record.detached && state.hub.has_peers() {
         match handoff::offer(state, pending_id).await {
             Ok(Handoff::Delivered) => return Ok(won),
             Ok(Handoff::NotTaken) => {}

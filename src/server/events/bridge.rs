@@ -24,6 +24,9 @@ pub const CHANNEL: &str = "turnstile_events";
 pub const INLINE_LIMIT: usize = 7_000;
 /// Events waiting to be sent; beyond it the other servers are told to resync.
 const OUTBOX: usize = 4_096;
+/// How often a server says it is alive; a peer not heard from for `PEER_TTL` is gone.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+const PEER_TTL: Duration = Duration::from_secs(30);
 /// Between attempts to reconnect the listener.
 const RETRY: Duration = Duration::from_millis(250);
 /// Spilled bodies older than this are deleted (a receiver reads them within moments).
@@ -37,12 +40,15 @@ enum Outgoing {
 
 /// Who waits for a delivery confirmation: `pending_id` → the offering call.
 type Replies = Arc<Mutex<HashMap<String, oneshot::Sender<bool>>>>;
+/// The other servers heard from: server id → when.
+type Peers = Arc<Mutex<HashMap<String, std::time::Instant>>>;
 
 pub struct PgBridge {
     server_id: String,
     local: Arc<InProcessHub>,
     outbox: mpsc::Sender<Outgoing>,
     replies: Replies,
+    peers: Peers,
     offers: Mutex<Option<mpsc::Receiver<String>>>,
     /// Set when an event could not be queued: the next notification asks for a resync.
     overflowed: Arc<AtomicBool>,
@@ -75,10 +81,16 @@ impl PgBridge {
             local: local.clone(),
             outbox,
             replies: Replies::default(),
+            peers: Peers::default(),
             offers: Mutex::new(Some(offers)),
             overflowed: Arc::new(AtomicBool::new(false)),
             listener: Arc::new(AtomicU8::new(ListenerState::Connected as u8)),
         });
+        tokio::spawn(heartbeat(
+            bridge.outbox.clone(),
+            bridge.server_id.clone(),
+            shutdown.clone(),
+        ));
         tokio::spawn(send_loop(
             sender_pool.clone(),
             server_id.clone(),
@@ -95,6 +107,9 @@ impl PgBridge {
                 local,
                 offered,
                 replies: bridge.replies.clone(),
+                peers: bridge.peers.clone(),
+                outbox: bridge.outbox.clone(),
+                own: bridge.server_id.clone(),
             },
             bridge.listener.clone(),
             shutdown,
@@ -112,6 +127,12 @@ impl EventHub for PgBridge {
         if self.outbox.try_send(Outgoing::Event(event)).is_err() {
             self.overflowed.store(true, Ordering::SeqCst);
         }
+    }
+
+    fn has_peers(&self) -> bool {
+        let mut peers = self.peers.lock().expect("peers lock");
+        peers.retain(|_, seen| seen.elapsed() < PEER_TTL);
+        !peers.is_empty()
     }
 
     fn offer_answer(&self, pending_id: &str) -> Option<oneshot::Receiver<bool>> {
@@ -248,6 +269,8 @@ enum Received {
     Offer(String),
     /// Another server delivered the answer we offered.
     Delivered(String),
+    /// Another server is alive; `hello` when it just started and waits for our answer.
+    Alive { origin: String, hello: bool },
     /// Our own notification, or one we cannot read.
     Ignore,
 }
@@ -264,6 +287,12 @@ fn parse(own: &str, text: &str) -> Received {
     }
     if let Some(id) = v["spill"].as_str() {
         return Received::Spilled(id.to_string());
+    }
+    if v.get("alive").is_some() {
+        return Received::Alive {
+            origin: v["o"].as_str().unwrap_or_default().to_string(),
+            hello: v["hello"] == true,
+        };
     }
     if let Some(id) = v["offer"].as_str() {
         return Received::Offer(id.to_string());
@@ -298,6 +327,27 @@ struct Relay {
     local: Arc<InProcessHub>,
     offered: mpsc::Sender<String>,
     replies: Replies,
+    peers: Peers,
+    outbox: mpsc::Sender<Outgoing>,
+    own: String,
+}
+
+fn alive(own: &str, hello: bool) -> Outgoing {
+    Outgoing::Text(json!({ "o": own, "alive": 1, "hello": hello }).to_string())
+}
+
+/// Says hello when the server starts, then that it is alive every `HEARTBEAT`, so the others
+/// know whether an answer could be waited for elsewhere.
+async fn heartbeat(outbox: mpsc::Sender<Outgoing>, own: String, shutdown: CancellationToken) {
+    let mut hello = true;
+    loop {
+        let _ = outbox.try_send(alive(&own, hello));
+        hello = false;
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(HEARTBEAT) => {}
+        }
+    }
 }
 
 /// Relays other servers' events into the local hub. A lost connection is replaced (its
@@ -348,6 +398,16 @@ async fn listen_loop(
                     let waiting = relay.replies.lock().expect("replies lock").remove(&id);
                     if let Some(tx) = waiting {
                         let _ = tx.send(true);
+                    }
+                }
+                Received::Alive { origin, hello } => {
+                    relay
+                        .peers
+                        .lock()
+                        .expect("peers lock")
+                        .insert(origin, std::time::Instant::now());
+                    if hello {
+                        let _ = relay.outbox.try_send(alive(&relay.own, false));
                     }
                 }
                 Received::Spilled(_) | Received::Ignore => {}
@@ -419,6 +479,13 @@ mod tests {
         assert_eq!(
             parse("b", r#"{"o":"a","delivered":"p"}"#),
             Received::Delivered("p".into())
+        );
+        assert_eq!(
+            parse("b", r#"{"o":"a","alive":1,"hello":true}"#),
+            Received::Alive {
+                origin: "a".into(),
+                hello: true
+            }
         );
     }
 }
