@@ -37,7 +37,13 @@ mod on_postgres {
         i3_an_answer_given_on_another_server_reaches_the_waiting_agent_once,
         l13_concurrent_responders_on_three_servers_claim_once,
         i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once,
+        l19_a_server_starting_up_leaves_the_live_sessions_of_another_alone,
     );
+}
+
+/// Server `name` on the database (each its own server id).
+async fn server(url: &str, name: &str) -> TestServer {
+    TestServer::start_with(url, |c| c.server_id = name.to_string()).await
 }
 
 async fn resynced(server: &TestServer) -> Socket {
@@ -65,8 +71,8 @@ fn revision(session: &Value) -> (u64, u64) {
 }
 
 async fn p10_a_question_on_one_server_reaches_the_clients_of_another_and_clears(url: String) {
-    let a = TestServer::start(&url).await;
-    let b = TestServer::start(&url).await;
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
     let (api_a, api_b) = (Api::new(&a.base), Api::new(&b.base));
     let mut on_b = resynced(&b).await;
 
@@ -104,8 +110,8 @@ async fn p10_a_question_on_one_server_reaches_the_clients_of_another_and_clears(
 /// Server B starts after A, so B's epoch is greater. A snapshot B reads after A's event must
 /// still order after it, or B's clients would drop B's fresh reads as older than A's events.
 async fn p9_revisions_of_two_servers_order_by_time_not_by_server(url: String) {
-    let early = TestServer::start(&url).await;
-    let late = TestServer::start(&url).await;
+    let early = server(&url, "a").await;
+    let late = server(&url, "b").await;
     assert!(late.state.epoch > early.state.epoch);
     let mut on_early = resynced(&early).await;
 
@@ -131,8 +137,8 @@ async fn p9_revisions_of_two_servers_order_by_time_not_by_server(url: String) {
 }
 
 async fn p10_an_event_too_large_for_notify_travels_through_the_spill_table(url: String) {
-    let a = TestServer::start(&url).await;
-    let b = TestServer::start(&url).await;
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
     let api_a = Api::new(&a.base);
     // An idle session: the next prompt starts a turn at once and its row is written.
     let (_, session) = api_a.start_task("hello").await;
@@ -168,8 +174,8 @@ async fn p10_an_event_too_large_for_notify_travels_through_the_spill_table(url: 
 }
 
 async fn p10_a_lost_listener_reconnects_and_its_clients_resync(url: String) {
-    let a = TestServer::start(&url).await;
-    let b = TestServer::start(&url).await;
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
     let api_b = Api::new(&b.base);
     let listening = format!(
         "turnstile_event_listener_connected{{server_id=\"{}\"}} 1",
@@ -247,9 +253,9 @@ fn answer(option: &str) -> Value {
 /// Three servers: the agent waits on A, a client watches B, the answer is given on C. The
 /// answer reaches the waiting call on A (no owed resume, no agent on C) exactly once.
 async fn i3_an_answer_given_on_another_server_reaches_the_waiting_agent_once(url: String) {
-    let a = TestServer::start(&url).await;
-    let b = TestServer::start(&url).await;
-    let c = TestServer::start(&url).await;
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
+    let c = server(&url, "c").await;
     let api_a = Api::new(&a.base);
     let mut on_b = resynced(&b).await;
     let (task, session) = api_a.start_task("/e2e:clarification").await;
@@ -291,9 +297,9 @@ async fn i3_an_answer_given_on_another_server_reaches_the_waiting_agent_once(url
 /// L13 across servers: responders on A, B and C at once; one claim wins.
 async fn l13_concurrent_responders_on_three_servers_claim_once(url: String) {
     let servers = [
-        TestServer::start(&url).await,
-        TestServer::start(&url).await,
-        TestServer::start(&url).await,
+        server(&url, "a").await,
+        server(&url, "b").await,
+        server(&url, "c").await,
     ];
     let api_a = Api::new(&servers[0].base);
     let (_, session) = api_a.start_task("/e2e:clarification").await;
@@ -331,8 +337,8 @@ async fn l13_concurrent_responders_on_three_servers_claim_once(url: String) {
 /// out of A's memory, as a server that died without detaching would leave it). The offer goes
 /// unanswered, is withdrawn, and the answer becomes an owed resume delivered once (L17, I4).
 async fn i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once(url: String) {
-    let a = TestServer::start(&url).await;
-    let c = TestServer::start(&url).await;
+    let a = server(&url, "a").await;
+    let c = server(&url, "b").await;
     let api_a = Api::new(&a.base);
     let (_, session) = api_a.start_task("/e2e:clarification").await;
     let pending = api_a.pending_id(&session).await;
@@ -378,5 +384,59 @@ async fn i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once(url: 
     assert_eq!(delivered, 1, "{lines:?}");
     drop(held);
     c.stop().await;
+    a.stop().await;
+}
+
+/// Start-up recovery completes open turns, detaches questions and cancels permissions of the
+/// sessions that were running when the server stopped. Sessions whose agent runs on another
+/// live server are that server's: a second server starting up leaves them as they are.
+async fn l19_a_server_starting_up_leaves_the_live_sessions_of_another_alone(url: String) {
+    let a = server(&url, "a").await;
+    let api_a = Api::new(&a.base);
+    let (_, asking) = api_a.start_task("/e2e:clarification").await;
+    let pending = api_a.pending_id(&asking).await;
+    let (_, permitting) = api_a.start_task("/e2e:permission").await;
+    api_a.pending_id(&permitting).await;
+
+    let b = server(&url, "b").await;
+    let bundle = Api::new(&b.base)
+        .get(&format!("/api/v1/clarifications/{pending}"))
+        .await
+        .1;
+    assert_eq!(
+        (&bundle["status"], &bundle["detached"], &bundle["active"]),
+        (&json!("pending"), &json!(false), &json!(true)),
+        "{bundle}"
+    );
+    let turns = api_a
+        .get(&format!("/api/v1/sessions/{asking}/turns"))
+        .await
+        .1;
+    assert!(turns["turns"][0]["completed_at"].is_null(), "{turns}");
+    let permission = api_a
+        .messages(&permitting)
+        .await
+        .into_iter()
+        .find(|m| m["kind"] == "permission_request")
+        .unwrap();
+    let p = api_a
+        .get(&format!(
+            "/api/v1/permissions/{}",
+            permission["pending_id"].as_str().unwrap()
+        ))
+        .await
+        .1;
+    assert_eq!(p["status"], "pending", "{p}");
+
+    // And the waiting agent still gets its answer live.
+    let (status, body) = api_a
+        .post(
+            &format!("/api/v1/clarifications/{pending}/respond"),
+            answer("sqlite"),
+        )
+        .await;
+    assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
+    assert_eq!(api_a.wait_turns_done(&asking, 1).await.len(), 1);
+    b.stop().await;
     a.stop().await;
 }

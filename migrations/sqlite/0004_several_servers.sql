@@ -15,3 +15,14 @@ CREATE TABLE answer_handoffs (
     state TEXT NOT NULL CHECK (state IN ('offered', 'delivered', 'withdrawn')),
     created_at BIGINT NOT NULL
 );
+
+-- Which server runs each session's agent, and which servers are alive (a heartbeat every
+-- 10 s): a server starting up leaves the sessions of live servers alone.
+CREATE TABLE servers (
+    id TEXT PRIMARY KEY,
+    seen_at BIGINT NOT NULL
+);
+CREATE TABLE session_owners (
+    session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    server_id TEXT NOT NULL
+);

@@ -10,7 +10,9 @@ use crate::server::clarification::recovery;
 use crate::server::events;
 use crate::server::hooks::Hooks;
 use crate::server::orchestrator::{worker, workflow};
-use crate::server::repo::{NewAgentProfile, NewWorkflow, NewWorkflowStep, RepoResult, Repository};
+use crate::server::repo::{
+    Backend, NewAgentProfile, NewWorkflow, NewWorkflowStep, RepoResult, Repository,
+};
 use crate::server::runtime::{Runtime, RuntimeConfig};
 use crate::server::state::AppState;
 use crate::server::summary::{projector, reconcile};
@@ -73,7 +75,9 @@ pub async fn build_state(
 ) -> RepoResult<AppState> {
     let epoch = repo.bump_epoch().await?;
     seed(repo.as_ref(), clock.now()).await?;
-    let recovered = recovery::recover(repo.as_ref(), clock.now()).await?;
+    // Issue 13: with other servers on the database, their live sessions are theirs.
+    let keep = live_elsewhere(repo.as_ref(), &runtime.server_id, clock.now()).await?;
+    let recovered = recovery::recover_except(repo.as_ref(), clock.now(), &keep).await?;
     if recovered != Default::default() {
         tracing::info!(
             ?recovered,
@@ -100,7 +104,9 @@ pub async fn build_state(
         metrics: Arc::default(),
         shutdown,
     };
-    let completed = recovery::recover_sessions(state.repo.as_ref(), state.clock.now()).await?;
+    let completed =
+        recovery::recover_sessions_except(state.repo.as_ref(), state.clock.now(), &keep).await?;
+    spawn_heartbeat(&state);
     let failed = reconcile::reconcile_all(&state).await?;
     if failed > 0 {
         tracing::warn!(
@@ -129,9 +135,51 @@ pub async fn build_state(
     }
     // L18: owed answers are delivered by the sessions' next launch — this one.
     for s in state.repo.sessions_with_owed_resumes().await? {
-        worker::deliver_owed(&state, &s.id, &s.task_id);
+        if !keep.contains(&s.id) {
+            worker::deliver_owed(&state, &s.id, &s.task_id);
+        }
     }
     Ok(state)
+}
+
+/// How often a server on PostgreSQL records that it is alive, and how long after its last
+/// beat another server starting up still leaves its sessions alone.
+const BEAT: std::time::Duration = std::time::Duration::from_secs(10);
+const BEAT_TTL_MICROS: i64 = 30_000_000;
+
+/// The sessions whose agent runs on another live server (PostgreSQL only; this server's own
+/// beat is recorded first).
+async fn live_elsewhere(
+    repo: &dyn Repository,
+    server_id: &str,
+    now: crate::server::time::Micros,
+) -> RepoResult<Vec<String>> {
+    if repo.backend() != Backend::Postgres {
+        return Ok(Vec::new());
+    }
+    repo.beat(server_id, now).await?;
+    repo.sessions_of_live_servers(server_id, now - BEAT_TTL_MICROS)
+        .await
+}
+
+/// Records this server's heartbeat every `BEAT` until shutdown (PostgreSQL only).
+fn spawn_heartbeat(state: &AppState) {
+    if state.repo.backend() != Backend::Postgres {
+        return;
+    }
+    let state = state.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = state.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(BEAT) => {}
+            }
+            let server = &state.runtime.config.server_id;
+            if let Err(e) = state.repo.beat(server, state.clock.now()).await {
+                tracing::warn!(error = %e, "cannot record this server's heartbeat");
+            }
+        }
+    });
 }
 
 /// Begins a shutdown: open MCP streams and sockets are released and every agent process is

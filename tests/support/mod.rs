@@ -185,7 +185,17 @@ impl TestServer {
             .site_addr(addr)
             .build();
         let mut runtime = RuntimeConfig {
-            server_id: uuid::Uuid::now_v7().simple().to_string(),
+            // One server per database unless a test names others (`several_servers.rs`): a
+            // restart in a test is the same server coming back, as with the same data dir.
+            server_id: format!(
+                        "test-{:016x}",
+                        std::hash::BuildHasher::hash_one(
+                            &std::hash::BuildHasherDefault::<
+                                std::collections::hash_map::DefaultHasher,
+                            >::default(),
+                            database_url
+                        )
+                    ),
             self_url: format!("http://{addr}"),
             mock_agent: env!("CARGO_BIN_EXE_mock_agent").into(),
             workdir: temp_dir("workspace"),

@@ -23,8 +23,22 @@ pub struct Recovered {
 }
 
 pub async fn recover(repo: &dyn Repository, now: Micros) -> RepoResult<Recovered> {
+    recover_except(repo, now, &[]).await
+}
+
+/// [`recover`], leaving alone the sessions in `keep` (their agent runs on another live
+/// server, issue 13).
+pub async fn recover_except(
+    repo: &dyn Repository,
+    now: Micros,
+    keep: &[String],
+) -> RepoResult<Recovered> {
+    let mine = |session: &str| !keep.iter().any(|k| k == session);
     let mut out = Recovered::default();
     for turn in repo.unpublished_reservations().await? {
+        if !mine(&turn.session_id) {
+            continue;
+        }
         if turn.reservation == "reserved" {
             if repo.delete_reservation(&turn.id).await? {
                 out.deleted_reservations.push(turn.id.clone());
@@ -42,6 +56,9 @@ pub async fn recover(repo: &dyn Repository, now: Micros) -> RepoResult<Recovered
         }
     }
     for bundle in repo.bundles_pending_delivery().await? {
+        if !mine(&bundle.session_id) {
+            continue;
+        }
         if repo.restore_bundle(&bundle.pending_id).await? {
             out.restored_bundles.push(bundle.pending_id);
         } else if repo.finalize_delivery(&bundle.pending_id).await? {
@@ -49,7 +66,7 @@ pub async fn recover(repo: &dyn Repository, now: Micros) -> RepoResult<Recovered
         }
     }
     out.cancelled_permissions = repo
-        .cancel_permissions(None, now)
+        .cancel_permissions_except(keep, now)
         .await?
         .into_iter()
         .map(|p| p.id)
@@ -74,9 +91,21 @@ pub async fn recover_sessions(
     repo: &dyn Repository,
     now: Micros,
 ) -> RepoResult<Vec<CompletedTurn>> {
+    recover_sessions_except(repo, now, &[]).await
+}
+
+/// [`recover_sessions`], leaving alone the sessions in `keep` (issue 13).
+pub async fn recover_sessions_except(
+    repo: &dyn Repository,
+    now: Micros,
+    keep: &[String],
+) -> RepoResult<Vec<CompletedTurn>> {
     use SessionState::*;
     let mut completed = Vec::new();
     for s in repo.sessions_to_recover().await? {
+        if keep.contains(&s.id) {
+            continue;
+        }
         for turn in repo.complete_open_turns(&s.id, now).await? {
             repo.detach_turn(&turn).await?;
             completed.push(CompletedTurn {

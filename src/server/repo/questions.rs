@@ -6,7 +6,7 @@ use sqlx::{Encode, Executor, FromRow, Type};
 use super::authority::{BUNDLE_COLUMNS, SQL};
 use super::sql::{
     MESSAGE_COLUMNS, PERMISSION_COLUMNS, RowsAffected, SqlBackend, SqlRepository, json,
-    questions_from_rows, stmt,
+    questions_from_rows, stmt, stmt_with_ids,
 };
 use super::{
     BundleRecord, BundleView, MessageRecord, NewBundle, NewPermissionRequest, PermissionRecord,
@@ -63,6 +63,14 @@ pub trait QuestionStore: Send + Sync {
     async fn cancel_permissions(
         &self,
         session_id: Option<&str>,
+        at: Micros,
+    ) -> RepoResult<Vec<PermissionRecord>>;
+
+    /// Start-up: cancels every pending permission request except those of `keep` (sessions
+    /// whose agent runs on another live server); returns what changed (N6).
+    async fn cancel_permissions_except(
+        &self,
+        keep: &[String],
         at: Micros,
     ) -> RepoResult<Vec<PermissionRecord>>;
 }
@@ -242,6 +250,23 @@ where
              RETURNING {PERMISSION_COLUMNS}"
         ))
         .bind(session_id)
+        .bind(at)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn cancel_permissions_except(
+        &self,
+        keep: &[String],
+        at: Micros,
+    ) -> RepoResult<Vec<PermissionRecord>> {
+        Ok(sqlx::query_as::<DB, PermissionRecord>(stmt_with_ids!(
+            DB::KIND,
+            "UPDATE permission_requests SET status = 'cancelled', resolved_at = $2 \
+             WHERE status = 'pending' AND session_id NOT IN ({}) \
+             RETURNING {PERMISSION_COLUMNS}"
+        ))
+        .bind(json(keep))
         .bind(at)
         .fetch_all(&self.pool)
         .await?)

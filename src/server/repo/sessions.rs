@@ -53,6 +53,16 @@ pub trait SessionStore: Send + Sync {
 
     /// Revokes the session's MCP token if it is still `hash` (the agent that held it ended).
     async fn revoke_mcp_token(&self, session_id: &str, hash: &str) -> RepoResult<bool>;
+
+    /// Issue 13: server `server_id` runs the session's agent now.
+    async fn set_session_owner(&self, session_id: &str, server_id: &str) -> RepoResult<()>;
+
+    /// Issue 13: server `server_id` is alive at `at` (its heartbeat).
+    async fn beat(&self, server_id: &str, at: Micros) -> RepoResult<()>;
+
+    /// The sessions whose agent runs on another server than `own` that was alive at `since`
+    /// or later: start-up recovery leaves them to that server.
+    async fn sessions_of_live_servers(&self, own: &str, since: Micros) -> RepoResult<Vec<String>>;
 }
 
 #[async_trait]
@@ -240,5 +250,40 @@ where
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn set_session_owner(&self, session_id: &str, server_id: &str) -> RepoResult<()> {
+        sqlx::query::<DB>(
+            "INSERT INTO session_owners (session_id, server_id) VALUES ($1, $2) \
+             ON CONFLICT (session_id) DO UPDATE SET server_id = $2",
+        )
+        .bind(session_id)
+        .bind(server_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn beat(&self, server_id: &str, at: Micros) -> RepoResult<()> {
+        sqlx::query::<DB>(
+            "INSERT INTO servers (id, seen_at) VALUES ($1, $2) \
+             ON CONFLICT (id) DO UPDATE SET seen_at = $2",
+        )
+        .bind(server_id)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn sessions_of_live_servers(&self, own: &str, since: Micros) -> RepoResult<Vec<String>> {
+        Ok(sqlx::query_scalar::<DB, String>(
+            "SELECT o.session_id FROM session_owners o JOIN servers v ON v.id = o.server_id \
+             WHERE o.server_id <> $1 AND v.seen_at >= $2 ORDER BY o.session_id",
+        )
+        .bind(own)
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await?)
     }
 }

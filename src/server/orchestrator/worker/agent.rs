@@ -5,6 +5,7 @@ use super::{Agent, Worker, WorkerError, release};
 use crate::model::SessionState;
 use crate::server::agents;
 use crate::server::orchestrator::{publish, sessions};
+use crate::server::repo::Backend;
 
 impl Worker {
     pub(super) async fn ensure_agent(&mut self) -> Result<(), WorkerError> {
@@ -44,6 +45,15 @@ impl Worker {
                     .set_acp_session_id(&self.session_id, connection.acp_session_id())
                     .await;
                 self.log("cannot store the ACP session id", r);
+                // Issue 13: a server starting up leaves this session to us while we live.
+                if self.state.repo.backend() == Backend::Postgres {
+                    let r = self
+                        .state
+                        .repo
+                        .set_session_owner(&self.session_id, &self.state.runtime.config.server_id)
+                        .await;
+                    self.log("cannot record the session's server", r);
+                }
                 self.agent = Some(Agent {
                     connection,
                     token_hash,
