@@ -38,6 +38,7 @@ mod on_postgres {
         l13_concurrent_responders_on_three_servers_claim_once,
         i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once,
         l19_a_server_starting_up_leaves_the_live_sessions_of_another_alone,
+        n_a_prompt_sent_through_another_server_reaches_the_sessions_agent,
     );
 }
 
@@ -333,21 +334,24 @@ async fn l13_concurrent_responders_on_three_servers_claim_once(url: String) {
     }
 }
 
-/// The bundle is still attached but no server holds its call (here: the test took A's waiter
-/// out of A's memory, as a server that died without detaching would leave it). The offer goes
-/// unanswered, is withdrawn, and the answer becomes an owed resume delivered once (L17, I4).
+/// The server holding the call is too slow to take the offer (a test gate holds it): the
+/// offer is withdrawn and the answer becomes an owed resume. When the holder gets to the offer
+/// it finds it withdrawn and ends the call; the agent ends its turn and the server that runs
+/// the session's agent (A) delivers the resume — once (L17, I4). C starts no agent.
 async fn i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once(url: String) {
     let a = server(&url, "a").await;
-    let c = server(&url, "b").await;
+    let c = server(&url, "c").await;
     let api_a = Api::new(&a.base);
     let (_, session) = api_a.start_task("/e2e:clarification").await;
     let pending = api_a.pending_id(&session).await;
-    let held = a
-        .state
-        .runtime
-        .waiters
-        .take(&pending)
-        .expect("A holds the waiting call");
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let g = gate.clone();
+    a.state
+        .hooks
+        .set(turnstile::server::hooks::Point::AcceptOffer, move |_| {
+            let g = g.clone();
+            async move { g.acquire().await.expect("gate").forget() }
+        });
 
     let (status, body) = Api::new(&c.base)
         .post(
@@ -356,16 +360,15 @@ async fn i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once(url: 
         )
         .await;
     assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
-    let api_c = Api::new(&c.base);
-    // The asking turn stays open on A; the resume turn runs (on C, whose worker owes it).
-    let turns = api_c
+    gate.add_permits(1);
+    let turns = api_a
         .wait_for(
             &format!("/api/v1/sessions/{session}/turns"),
             "the owed resume to run",
             |v| {
-                v["turns"]
-                    .as_array()
-                    .is_some_and(|t| t.len() >= 2 && t[1]["completed_at"].is_string())
+                v["turns"].as_array().is_some_and(|t| {
+                    t.len() >= 2 && t.iter().all(|t| t["completed_at"].is_string())
+                })
             },
         )
         .await;
@@ -374,7 +377,7 @@ async fn i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once(url: 
         2,
         "one resume: {turns}"
     );
-    let lines = api_c.agent_lines(&session).await;
+    let lines = api_a.agent_lines(&session).await;
     let delivered = lines
         .iter()
         .filter(|l| {
@@ -382,8 +385,46 @@ async fn i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once(url: 
         })
         .count();
     assert_eq!(delivered, 1, "{lines:?}");
-    drop(held);
+    assert_eq!(c.state.runtime.agents.count(), 0, "C started no agent");
     c.stop().await;
+    a.stop().await;
+}
+
+/// A session's agent runs on the server that launched it: prompts and cancels sent through
+/// another server go there, so the session never has two agents.
+async fn n_a_prompt_sent_through_another_server_reaches_the_sessions_agent(url: String) {
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
+    let api_a = Api::new(&a.base);
+    let (_, session) = api_a.start_task("hello").await;
+    api_a.wait_turns_done(&session, 1).await;
+
+    let (status, body) = Api::new(&b.base)
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "again" }),
+        )
+        .await;
+    assert!(status.is_success(), "{status} {body}");
+    assert_eq!(body["queued"], false, "{body}");
+    api_a.wait_turns_done(&session, 2).await;
+    let lines = api_a.agent_lines(&session).await;
+    assert_eq!(
+        lines.iter().filter(|l| *l == "Echo: again").count(),
+        1,
+        "{lines:?}"
+    );
+    assert_eq!(b.state.runtime.agents.count(), 0, "B started no agent");
+    assert_eq!(a.state.runtime.agents.count(), 1);
+    // Bad input is refused where it arrives, with the same error.
+    let (status, _) = Api::new(&b.base)
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "" }),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 400);
+    b.stop().await;
     a.stop().await;
 }
 

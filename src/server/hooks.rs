@@ -30,6 +30,9 @@ pub enum Point {
     /// Before an owed resume is handed to the agent (L18: after acceptance); the key is the
     /// session id.
     Dispatch,
+    /// Before a server looks at an answer another server offers it (issue 13); the key is the
+    /// pending id.
+    AcceptOffer,
 }
 
 impl Point {
@@ -41,6 +44,7 @@ impl Point {
             Point::Owe => "owe",
             Point::Finalize => "finalize",
             Point::Dispatch => "dispatch",
+            Point::AcceptOffer => "accept-offer",
         }
     }
 }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::model::AppError;
 
 /// What `POST /sessions/{id}/prompt` reports.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct PromptAccepted {
     pub queued: bool,
     /// The new turn when it started at once.

@@ -119,6 +119,9 @@ pub async fn build_state(
     if let Some(offers) = state.hub.take_offers() {
         crate::server::clarification::handoff::serve(state.clone(), offers);
     }
+    if let Some(requests) = state.hub.take_requests() {
+        crate::server::orchestrator::forward::serve(state.clone(), requests);
+    }
     // N3: turns recovery completed run (or defer) their step action like any completion.
     let mut touched = std::collections::BTreeSet::new();
     for t in &completed {

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use super::respond::{finalize, resume_prompt, stored_response};
 use crate::model::BundleStatus;
+use crate::server::hooks::Point;
 use crate::server::orchestrator::{permissions, publish, worker};
 use crate::server::repo::RepoError;
 use crate::server::runtime::WaiterMsg;
@@ -72,6 +73,7 @@ pub fn serve(state: AppState, mut offers: mpsc::Receiver<String>) {
 
 /// Takes an offered answer if this server holds its waiting call.
 async fn accept(state: &AppState, pending_id: &str) {
+    state.hooks.run(Point::AcceptOffer, pending_id).await;
     let Some(waiter) = state.runtime.waiters.take(pending_id) else {
         return;
     };

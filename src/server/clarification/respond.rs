@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::handoff::{self, Handoff};
 use crate::model::{Answer, AppError, BundleStatus, Response};
 use crate::server::hooks::Point;
-use crate::server::orchestrator::{permissions, publish, worker, workflow};
+use crate::server::orchestrator::{forward, permissions, publish, workflow};
 use crate::server::repo::{BundleRecord, BundleView, Claim, ClaimOutcome, RepoError};
 use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
@@ -227,7 +227,7 @@ pub async fn respond(
     publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
     // The worker hears of the owed answer before the agent can react to the release below:
     // with the turn still open it waits for the turn's end; after a crash, for a launch.
-    worker::deliver_owed(state, &record.session_id, &record.task_id);
+    forward::deliver_owed(state, &record.session_id, &record.task_id).await;
     // The owed turn is now current: questions and permission requests of the older turn that
     // still wait end (L5, N6), so the agent finishes that turn and takes the answer.
     super::asking::release_superseded(state, &record.session_id).await;

@@ -16,7 +16,7 @@ use sqlx::{PgPool, Row};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::{Event, EventHub, InProcessHub, ListenerState};
+use super::{Event, EventHub, InProcessHub, ListenerState, Request};
 
 /// The `LISTEN`/`NOTIFY` channel of every server on the database.
 pub const CHANNEL: &str = "turnstile_events";
@@ -40,6 +40,8 @@ enum Outgoing {
 
 /// Who waits for a delivery confirmation: `pending_id` → the offering call.
 type Replies = Arc<Mutex<HashMap<String, oneshot::Sender<bool>>>>;
+/// Requests this server sent and waits for: request id → the caller.
+type Calls = Arc<Mutex<HashMap<String, oneshot::Sender<Value>>>>;
 /// The other servers heard from: server id → when.
 type Peers = Arc<Mutex<HashMap<String, std::time::Instant>>>;
 
@@ -50,6 +52,8 @@ pub struct PgBridge {
     replies: Replies,
     peers: Peers,
     offers: Mutex<Option<mpsc::Receiver<String>>>,
+    calls: Calls,
+    requests: Mutex<Option<mpsc::Receiver<Request>>>,
     /// Set when an event could not be queued: the next notification asks for a resync.
     overflowed: Arc<AtomicBool>,
     listener: Arc<AtomicU8>,
@@ -76,6 +80,7 @@ impl PgBridge {
         let local = InProcessHub::new(capacity);
         let (outbox, queued) = mpsc::channel(OUTBOX);
         let (offered, offers) = mpsc::channel(OUTBOX);
+        let (requested, requests) = mpsc::channel(OUTBOX);
         let bridge = Arc::new(PgBridge {
             server_id: server_id.clone(),
             local: local.clone(),
@@ -83,6 +88,8 @@ impl PgBridge {
             replies: Replies::default(),
             peers: Peers::default(),
             offers: Mutex::new(Some(offers)),
+            calls: Calls::default(),
+            requests: Mutex::new(Some(requests)),
             overflowed: Arc::new(AtomicBool::new(false)),
             listener: Arc::new(AtomicU8::new(ListenerState::Connected as u8)),
         });
@@ -108,6 +115,8 @@ impl PgBridge {
                 offered,
                 replies: bridge.replies.clone(),
                 peers: bridge.peers.clone(),
+                calls: bridge.calls.clone(),
+                requested,
                 outbox: bridge.outbox.clone(),
                 own: bridge.server_id.clone(),
             },
@@ -151,6 +160,31 @@ impl EventHub for PgBridge {
 
     fn take_offers(&self) -> Option<mpsc::Receiver<String>> {
         self.offers.lock().expect("offers lock").take()
+    }
+
+    fn request(&self, to: &str, request: Value) -> Option<oneshot::Receiver<Value>> {
+        let rid = uuid::Uuid::now_v7().to_string();
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut calls = self.calls.lock().expect("calls lock");
+            calls.retain(|_, waiting| !waiting.is_closed());
+            calls.insert(rid.clone(), tx);
+        }
+        let text = json!({ "o": self.server_id, "to": to, "rid": rid, "req": request }).to_string();
+        // Not queued: the caller's wait ends without a reply.
+        let _ = self.outbox.try_send(Outgoing::Text(text));
+        Some(rx)
+    }
+
+    fn take_requests(&self) -> Option<mpsc::Receiver<Request>> {
+        self.requests.lock().expect("requests lock").take()
+    }
+
+    fn reply(&self, to: &str, rid: &str, reply: Value) {
+        let text = json!({ "o": self.server_id, "to": to, "rid": rid, "rep": reply }).to_string();
+        if self.outbox.try_send(Outgoing::Text(text)).is_err() {
+            tracing::warn!(to, "cannot reply to another server");
+        }
     }
 
     fn confirm_delivery(&self, pending_id: &str) {
@@ -210,7 +244,13 @@ async fn send_loop(
         } {
             Outgoing::Event(e) => e,
             Outgoing::Text(text) => {
-                if let Err(e) = notify(&pool, &text).await {
+                let sent = if text.len() <= INLINE_LIMIT {
+                    notify(&pool, &text).await
+                } else {
+                    spilled += 1;
+                    spill(&pool, &origin, &text, spilled.is_multiple_of(64)).await
+                };
+                if let Err(e) = sent {
                     tracing::warn!(error = %e, "cannot send a message to the other servers");
                 }
                 continue;
@@ -271,6 +311,10 @@ enum Received {
     Delivered(String),
     /// Another server is alive; `hello` when it just started and waits for our answer.
     Alive { origin: String, hello: bool },
+    /// A request addressed to this server.
+    Request(Request),
+    /// The reply to request `rid` of this server.
+    Reply(String, Value),
     /// Our own notification, or one we cannot read.
     Ignore,
 }
@@ -279,8 +323,18 @@ fn parse(own: &str, text: &str) -> Received {
     let Ok(v) = serde_json::from_str::<Value>(text) else {
         return Received::Ignore;
     };
-    if v["o"].as_str().is_none_or(|o| o == own) {
+    if v["o"].as_str().is_none_or(|o| o == own) || v["to"].as_str().is_some_and(|to| to != own) {
         return Received::Ignore;
+    }
+    if let (Some(rid), Some(body)) = (v["rid"].as_str(), v.get("req")) {
+        return Received::Request(Request {
+            from: v["o"].as_str().unwrap_or_default().to_string(),
+            rid: rid.to_string(),
+            body: body.clone(),
+        });
+    }
+    if let (Some(rid), Some(body)) = (v["rid"].as_str(), v.get("rep")) {
+        return Received::Reply(rid.to_string(), body.clone());
     }
     if v.get("resync").is_some() {
         return Received::Resync;
@@ -328,6 +382,8 @@ struct Relay {
     offered: mpsc::Sender<String>,
     replies: Replies,
     peers: Peers,
+    calls: Calls,
+    requested: mpsc::Sender<Request>,
     outbox: mpsc::Sender<Outgoing>,
     own: String,
 }
@@ -410,6 +466,14 @@ async fn listen_loop(
                         let _ = relay.outbox.try_send(alive(&relay.own, false));
                     }
                 }
+                // Full: the caller's wait ends without a reply.
+                Received::Request(r) => drop(relay.requested.try_send(r)),
+                Received::Reply(rid, body) => {
+                    let waiting = relay.calls.lock().expect("calls lock").remove(&rid);
+                    if let Some(tx) = waiting {
+                        let _ = tx.send(body);
+                    }
+                }
                 Received::Spilled(_) | Received::Ignore => {}
             },
             // The connection was lost and is already back: what was sent meanwhile is gone.
@@ -479,6 +543,23 @@ mod tests {
         assert_eq!(
             parse("b", r#"{"o":"a","delivered":"p"}"#),
             Received::Delivered("p".into())
+        );
+        assert_eq!(
+            parse("b", r#"{"o":"a","to":"c","rid":"1","req":{}}"#),
+            Received::Ignore,
+            "addressed to another server"
+        );
+        assert_eq!(
+            parse("b", r#"{"o":"a","to":"b","rid":"1","req":{"x":1}}"#),
+            Received::Request(Request {
+                from: "a".into(),
+                rid: "1".into(),
+                body: json!({ "x": 1 })
+            })
+        );
+        assert_eq!(
+            parse("b", r#"{"o":"a","to":"b","rid":"1","rep":true}"#),
+            Received::Reply("1".into(), json!(true))
         );
         assert_eq!(
             parse("b", r#"{"o":"a","alive":1,"hello":true}"#),

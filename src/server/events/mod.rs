@@ -131,6 +131,29 @@ pub trait EventHub: Send + Sync + 'static {
 
     /// Tells the offering server that this server delivered `pending_id`'s answer.
     fn confirm_delivery(&self, _pending_id: &str) {}
+
+    /// Issue 13: sends `request` to server `to`; the receiver gets its reply. `None` when there
+    /// are no other servers.
+    fn request(&self, _to: &str, _request: Value) -> Option<oneshot::Receiver<Value>> {
+        None
+    }
+
+    /// The requests other servers send to this one (taken once, by the service that serves
+    /// them).
+    fn take_requests(&self) -> Option<mpsc::Receiver<Request>> {
+        None
+    }
+
+    /// Answers request `rid` of server `to`.
+    fn reply(&self, _to: &str, _rid: &str, _reply: Value) {}
+}
+
+/// A request from another server (issue 13).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    pub from: String,
+    pub rid: String,
+    pub body: Value,
 }
 
 /// The state of the bridge's listener connection.

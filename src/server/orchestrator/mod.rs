@@ -1,5 +1,6 @@
 //! Sessions, turns, prompts and the prompt queue, the workflow guard, resumes.
 
+pub mod forward;
 pub mod permissions;
 pub mod profiles;
 pub mod publish;

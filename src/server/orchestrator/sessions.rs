@@ -7,8 +7,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::oneshot;
 
 use super::profiles::MOCK_PROFILE;
-use super::publish;
 use super::worker::{self, Command, PromptAccepted, WorkerError};
+use super::{forward, publish};
 use crate::model::{AppError, Session, SessionState};
 use crate::server::agents::{AgentError, LaunchSpec};
 use crate::server::repo::{NewSession, RepoError, SessionRecord};
@@ -185,6 +185,19 @@ pub async fn send_prompt(
     content: String,
 ) -> Result<PromptAccepted, AppError> {
     validate_prompt("content", &content)?;
+    if let Some(there) = forward::prompt(state, session_id, &content).await {
+        return there;
+    }
+    send_prompt_here(state, session_id, content).await
+}
+
+/// [`send_prompt`] to this server's worker for the session.
+pub async fn send_prompt_here(
+    state: &AppState,
+    session_id: &str,
+    content: String,
+) -> Result<PromptAccepted, AppError> {
+    validate_prompt("content", &content)?;
     let session = state
         .repo
         .get_session(session_id)
@@ -203,6 +216,14 @@ pub async fn send_prompt(
 }
 
 pub async fn cancel(state: &AppState, session_id: &str) -> Result<(), AppError> {
+    if let Some(there) = forward::cancel(state, session_id).await {
+        return there;
+    }
+    cancel_here(state, session_id).await
+}
+
+/// [`cancel`] on this server.
+pub async fn cancel_here(state: &AppState, session_id: &str) -> Result<(), AppError> {
     let session = state
         .repo
         .get_session(session_id)
@@ -214,6 +235,14 @@ pub async fn cancel(state: &AppState, session_id: &str) -> Result<(), AppError> 
 /// L18: relaunches the session's agent if needed and delivers an owed answer. Returns whether a
 /// resume began (false: nothing was owed, or a turn is still running and it follows that turn).
 pub async fn retry(state: &AppState, session_id: &str) -> Result<bool, AppError> {
+    if let Some(there) = forward::retry(state, session_id).await {
+        return there;
+    }
+    retry_here(state, session_id).await
+}
+
+/// [`retry`] on this server.
+pub async fn retry_here(state: &AppState, session_id: &str) -> Result<bool, AppError> {
     let session = state
         .repo
         .get_session(session_id)

@@ -63,6 +63,9 @@ pub trait SessionStore: Send + Sync {
     /// The sessions whose agent runs on another server than `own` that was alive at `since`
     /// or later: start-up recovery leaves them to that server.
     async fn sessions_of_live_servers(&self, own: &str, since: Micros) -> RepoResult<Vec<String>>;
+
+    /// The server that runs the session's agent, if it was alive at `since` or later.
+    async fn live_owner(&self, session_id: &str, since: Micros) -> RepoResult<Option<String>>;
 }
 
 #[async_trait]
@@ -284,6 +287,17 @@ where
         .bind(own)
         .bind(since)
         .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn live_owner(&self, session_id: &str, since: Micros) -> RepoResult<Option<String>> {
+        Ok(sqlx::query_scalar::<DB, String>(
+            "SELECT o.server_id FROM session_owners o JOIN servers v ON v.id = o.server_id \
+             WHERE o.session_id = $1 AND v.seen_at >= $2",
+        )
+        .bind(session_id)
+        .bind(since)
+        .fetch_optional(&self.pool)
         .await?)
     }
 }

@@ -1,0 +1,144 @@
+//! Issue 13, part 3: a command for a session whose agent runs on another live server goes to
+//! that server — prompts, cancel, retry and owed resumes — so a session has one agent. The
+//! owner runs it as if it had arrived there and replies with the result. A server owns a
+//! session from the moment its worker launches the session's agent (`session_owners`), while
+//! its heartbeat is fresh.
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::sessions;
+use super::worker::{self, PromptAccepted};
+use crate::model::AppError;
+use crate::server::events::Request;
+use crate::server::state::AppState;
+
+/// A server not heard from for this long owns nothing.
+pub const OWNER_TTL_MICROS: i64 = 30_000_000;
+
+/// The other live server that runs `session_id`'s agent, if any.
+async fn owner_elsewhere(state: &AppState, session_id: &str) -> Option<String> {
+    if !state.hub.has_peers() {
+        return None;
+    }
+    let since = state.clock.now() - OWNER_TTL_MICROS;
+    match state.repo.live_owner(session_id, since).await {
+        Ok(Some(owner)) if owner != state.runtime.config.server_id => Some(owner),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!(session_id, error = %e, "cannot read the session's server");
+            None
+        }
+    }
+}
+
+/// Sends `command` to `owner` and waits (as long as a local worker may take) for its reply.
+async fn call(state: &AppState, owner: &str, command: Value) -> Result<Value, AppError> {
+    let unavailable = || {
+        AppError::Unavailable(format!(
+            "the server running this session ({owner}) did not answer"
+        ))
+    };
+    let reply = state.hub.request(owner, command).ok_or_else(unavailable)?;
+    let bound = state.runtime.config.agent_start_timeout + std::time::Duration::from_secs(10);
+    let reply = tokio::time::timeout(bound, reply)
+        .await
+        .map_err(|_| unavailable())?
+        .map_err(|_| unavailable())?;
+    match serde_json::from_value::<Result<Value, AppError>>(reply) {
+        Ok(result) => result,
+        Err(e) => Err(AppError::Internal(format!(
+            "unreadable reply from {owner}: {e}"
+        ))),
+    }
+}
+
+/// `Some` when the session's agent runs elsewhere: the prompt went there.
+pub async fn prompt(
+    state: &AppState,
+    session_id: &str,
+    content: &str,
+) -> Option<Result<PromptAccepted, AppError>> {
+    let owner = owner_elsewhere(state, session_id).await?;
+    let command = json!({ "cmd": "prompt", "session_id": session_id, "content": content });
+    Some(call(state, &owner, command).await.and_then(|v| {
+        serde_json::from_value(v).map_err(|e| AppError::Internal(format!("unreadable reply: {e}")))
+    }))
+}
+
+/// `Some` when the session's agent runs elsewhere: the cancel went there.
+pub async fn cancel(state: &AppState, session_id: &str) -> Option<Result<(), AppError>> {
+    let owner = owner_elsewhere(state, session_id).await?;
+    let command = json!({ "cmd": "cancel", "session_id": session_id });
+    Some(call(state, &owner, command).await.map(|_| ()))
+}
+
+/// `Some` when the session's agent runs elsewhere: the retry went there.
+pub async fn retry(state: &AppState, session_id: &str) -> Option<Result<bool, AppError>> {
+    let owner = owner_elsewhere(state, session_id).await?;
+    let command = json!({ "cmd": "retry", "session_id": session_id });
+    Some(call(state, &owner, command).await.map(|v| v == json!(true)))
+}
+
+/// Wakes the worker that delivers the session's owed resume: the owner's, or this server's
+/// when no other live server runs the session's agent (L17).
+pub async fn deliver_owed(state: &AppState, session_id: &str, task_id: &str) {
+    if let Some(owner) = owner_elsewhere(state, session_id).await {
+        let command =
+            json!({ "cmd": "deliver_owed", "session_id": session_id, "task_id": task_id });
+        if let Err(e) = call(state, &owner, command).await {
+            // Still owed in the database: the owner's next turn end or start-up delivers it.
+            tracing::warn!(session_id, error = %e, "cannot wake the session's server");
+        }
+        return;
+    }
+    worker::deliver_owed(state, session_id, task_id);
+}
+
+/// Serves other servers' commands until shutdown.
+pub fn serve(state: AppState, mut requests: mpsc::Receiver<Request>) {
+    tokio::spawn(async move {
+        loop {
+            let request = tokio::select! {
+                _ = state.shutdown.cancelled() => return,
+                next = requests.recv() => match next { Some(r) => r, None => return },
+            };
+            let state = state.clone();
+            tokio::spawn(async move {
+                let result = run(&state, &request.body).await;
+                let reply = serde_json::to_value(&result).unwrap_or(Value::Null);
+                state.hub.reply(&request.from, &request.rid, reply);
+            });
+        }
+    });
+}
+
+/// Runs a forwarded command here, as if it had arrived here.
+async fn run(state: &AppState, command: &Value) -> Result<Value, AppError> {
+    let text = |k: &str| {
+        command[k]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| AppError::BadRequest(format!("forwarded command without {k}")))
+    };
+    let session_id = text("session_id")?;
+    match command["cmd"].as_str() {
+        Some("prompt") => {
+            let accepted = sessions::send_prompt_here(state, &session_id, text("content")?).await?;
+            Ok(serde_json::to_value(accepted).unwrap_or(Value::Null))
+        }
+        Some("cancel") => sessions::cancel_here(state, &session_id)
+            .await
+            .map(|()| Value::Null),
+        Some("retry") => sessions::retry_here(state, &session_id)
+            .await
+            .map(Value::Bool),
+        Some("deliver_owed") => {
+            worker::deliver_owed(state, &session_id, &text("task_id")?);
+            Ok(Value::Null)
+        }
+        other => Err(AppError::BadRequest(format!(
+            "unknown forwarded command {other:?}"
+        ))),
+    }
+}
