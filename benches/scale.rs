@@ -48,6 +48,7 @@ async fn raw(url: &str, sql: &str) -> Duration {
 fn runtime_config(addr: std::net::SocketAddr) -> RuntimeConfig {
     RuntimeConfig {
         server_id: "bench".into(),
+        server_ttl: std::time::Duration::from_secs(30),
         self_url: format!("http://{addr}"),
         mock_agent: env!("CARGO_BIN_EXE_mock_agent").into(),
         workdir: std::env::temp_dir(),

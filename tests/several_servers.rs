@@ -39,6 +39,7 @@ mod on_postgres {
         i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once,
         l19_a_server_starting_up_leaves_the_live_sessions_of_another_alone,
         n_a_prompt_sent_through_another_server_reaches_the_sessions_agent,
+        l9_a_killed_servers_question_is_taken_over_and_answered_once,
     );
 }
 
@@ -480,4 +481,61 @@ async fn l19_a_server_starting_up_leaves_the_live_sessions_of_another_alone(url:
     assert_eq!(api_a.wait_turns_done(&asking, 1).await.len(), 1);
     b.stop().await;
     a.stop().await;
+}
+
+/// A server killed (SIGKILL) while its agent waits for an answer. Once it has missed its
+/// heartbeats for the server TTL, another server takes the session over: the question is
+/// detached (L9) and answerable there, and the answer is delivered once, by the agent that
+/// server relaunches (`session/load`, L17/L18).
+async fn l9_a_killed_servers_question_is_taken_over_and_answered_once(url: String) {
+    let data = support::temp_dir("server-a");
+    let a =
+        support::BinaryServer::spawn(&url, &data, &["--server-id", "a", "--server-ttl", "2"], &[])
+            .await;
+    let b = TestServer::start_with(&url, |c| {
+        c.server_id = "b".into();
+        c.server_ttl = std::time::Duration::from_secs(2);
+    })
+    .await;
+    let (_, session) = a.api.start_task("/e2e:clarification").await;
+    let pending = a.api.pending_id(&session).await;
+    a.signal(libc::SIGKILL);
+
+    let api_b = Api::new(&b.base);
+    support::until("B to take the question over", async || {
+        api_b
+            .get(&format!("/api/v1/clarifications/{pending}"))
+            .await
+            .1["detached"]
+            == true
+    })
+    .await;
+    let (status, body) = api_b
+        .post(
+            &format!("/api/v1/clarifications/{pending}/respond"),
+            answer("sqlite"),
+        )
+        .await;
+    assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
+    let turns = api_b
+        .wait_for(
+            &format!("/api/v1/sessions/{session}/turns"),
+            "the resume on B",
+            |v| {
+                v["turns"].as_array().is_some_and(|t| {
+                    t.len() == 2 && t.iter().all(|t| t["completed_at"].is_string())
+                })
+            },
+        )
+        .await;
+    assert_eq!(turns["turns"].as_array().unwrap().len(), 2, "{turns}");
+    let lines = api_b.agent_lines(&session).await;
+    let delivered = lines
+        .iter()
+        .filter(|l| l.starts_with("Thanks, continuing with your answer:"))
+        .count();
+    assert_eq!(delivered, 1, "{lines:?}");
+    assert_eq!(b.state.runtime.agents.count(), 1, "B relaunched the agent");
+    b.stop().await;
+    drop(a);
 }

@@ -52,6 +52,10 @@ pub struct Config {
     /// `_`; at most 64). Default: generated once and kept in `<data-dir>/server-id`.
     #[arg(long, env = "TURNSTILE_SERVER_ID")]
     pub server_id: Option<String>,
+    /// Seconds after its last heartbeat (every third of it) that a server counts as dead and
+    /// the others take its sessions over (several servers on PostgreSQL).
+    #[arg(long, env = "TURNSTILE_SERVER_TTL", default_value_t = 30)]
+    pub server_ttl: u64,
 }
 
 /// A server id as `--server-id` takes it.
@@ -98,6 +102,7 @@ impl Config {
         };
         Ok(crate::server::runtime::RuntimeConfig {
             server_id,
+            server_ttl: std::time::Duration::from_secs(self.server_ttl.max(1)),
             self_url: format!("http://{reach}"),
             mock_agent,
             workdir: std::path::absolute(self.data_dir.join("workspace"))?,

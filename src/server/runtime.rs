@@ -16,6 +16,9 @@ use crate::server::agents::AgentError;
 pub struct RuntimeConfig {
     /// This server among those sharing a PostgreSQL database (`--server-id`).
     pub server_id: String,
+    /// A server not heard from for this long is dead: others take its sessions over. It
+    /// records a heartbeat every third of it (`--server-ttl`).
+    pub server_ttl: Duration,
     /// Base URL agents use to reach our MCP endpoint (`{self_url}/mcp`).
     pub self_url: String,
     /// The bundled mock agent binary (profile `mock`).

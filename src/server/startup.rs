@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicU64;
 
 use leptos::prelude::*;
 
-use crate::server::clarification::recovery;
+use crate::server::clarification::{recovery, takeover};
 use crate::server::events;
 use crate::server::hooks::Hooks;
 use crate::server::orchestrator::{worker, workflow};
@@ -76,7 +76,7 @@ pub async fn build_state(
     let epoch = repo.bump_epoch().await?;
     seed(repo.as_ref(), clock.now()).await?;
     // Issue 13: with other servers on the database, their live sessions are theirs.
-    let keep = live_elsewhere(repo.as_ref(), &runtime.server_id, clock.now()).await?;
+    let keep = live_elsewhere(repo.as_ref(), &runtime, clock.now()).await?;
     let recovered = recovery::recover_except(repo.as_ref(), clock.now(), &keep).await?;
     if recovered != Default::default() {
         tracing::info!(
@@ -145,41 +145,48 @@ pub async fn build_state(
     Ok(state)
 }
 
-/// How often a server on PostgreSQL records that it is alive, and how long after its last
-/// beat another server starting up still leaves its sessions alone.
-const BEAT: std::time::Duration = std::time::Duration::from_secs(10);
-const BEAT_TTL_MICROS: i64 = 30_000_000;
-
 /// The sessions whose agent runs on another live server (PostgreSQL only; this server's own
 /// beat is recorded first).
 async fn live_elsewhere(
     repo: &dyn Repository,
-    server_id: &str,
+    runtime: &RuntimeConfig,
     now: crate::server::time::Micros,
 ) -> RepoResult<Vec<String>> {
     if repo.backend() != Backend::Postgres {
         return Ok(Vec::new());
     }
-    repo.beat(server_id, now).await?;
-    repo.sessions_of_live_servers(server_id, now - BEAT_TTL_MICROS)
+    repo.beat(&runtime.server_id, now).await?;
+    repo.sessions_of_live_servers(&runtime.server_id, now - ttl_micros(runtime))
         .await
 }
 
-/// Records this server's heartbeat every `BEAT` until shutdown (PostgreSQL only).
+fn ttl_micros(runtime: &RuntimeConfig) -> i64 {
+    i64::try_from(runtime.server_ttl.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Records this server's heartbeat every third of `--server-ttl` until shutdown, and takes
+/// over the sessions of servers that stopped beating (PostgreSQL only).
 fn spawn_heartbeat(state: &AppState) {
     if state.repo.backend() != Backend::Postgres {
         return;
     }
     let state = state.clone();
     tokio::spawn(async move {
+        let every = state.runtime.config.server_ttl / 3;
         loop {
             tokio::select! {
                 _ = state.shutdown.cancelled() => return,
-                _ = tokio::time::sleep(BEAT) => {}
+                _ = tokio::time::sleep(every) => {}
             }
+            let now = state.clock.now();
             let server = &state.runtime.config.server_id;
-            if let Err(e) = state.repo.beat(server, state.clock.now()).await {
+            if let Err(e) = state.repo.beat(server, now).await {
                 tracing::warn!(error = %e, "cannot record this server's heartbeat");
+                continue;
+            }
+            let dead_before = now - ttl_micros(&state.runtime.config);
+            if let Err(e) = takeover::take_over_dead(&state, dead_before).await {
+                tracing::warn!(error = %e, "cannot take over a stopped server's sessions");
             }
         }
     });

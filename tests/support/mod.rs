@@ -196,6 +196,7 @@ impl TestServer {
                             database_url
                         )
                     ),
+            server_ttl: std::time::Duration::from_secs(30),
             self_url: format!("http://{addr}"),
             mock_agent: env!("CARGO_BIN_EXE_mock_agent").into(),
             workdir: temp_dir("workspace"),

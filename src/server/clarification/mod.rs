@@ -7,3 +7,4 @@ pub mod handoff;
 pub mod read;
 pub mod recovery;
 pub mod respond;
+pub mod takeover;

@@ -33,8 +33,24 @@ pub async fn recover_except(
     now: Micros,
     keep: &[String],
 ) -> RepoResult<Recovered> {
-    let mine = |session: &str| !keep.iter().any(|k| k == session);
     let mut out = Recovered::default();
+    settle(repo, |session| !keep.iter().any(|k| k == session), &mut out).await?;
+    out.cancelled_permissions = repo
+        .cancel_permissions_except(keep, now)
+        .await?
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    Ok(out)
+}
+
+/// L19 for the sessions `mine` accepts: reservations never made owed are deleted (their
+/// bundles restored), owed resumes kept, undelivered claims restored or finalized.
+pub(super) async fn settle(
+    repo: &dyn Repository,
+    mine: impl Fn(&str) -> bool,
+    out: &mut Recovered,
+) -> RepoResult<()> {
     for turn in repo.unpublished_reservations().await? {
         if !mine(&turn.session_id) {
             continue;
@@ -65,13 +81,7 @@ pub async fn recover_except(
             out.finalized_bundles.push(bundle.pending_id);
         }
     }
-    out.cancelled_permissions = repo
-        .cancel_permissions_except(keep, now)
-        .await?
-        .into_iter()
-        .map(|p| p.id)
-        .collect();
-    Ok(out)
+    Ok(())
 }
 
 /// A turn start-up recovery completed: its step action runs (or is deferred) like any other

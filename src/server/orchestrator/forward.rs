@@ -13,15 +13,13 @@ use crate::model::AppError;
 use crate::server::events::Request;
 use crate::server::state::AppState;
 
-/// A server not heard from for this long owns nothing.
-pub const OWNER_TTL_MICROS: i64 = 30_000_000;
-
 /// The other live server that runs `session_id`'s agent, if any.
 async fn owner_elsewhere(state: &AppState, session_id: &str) -> Option<String> {
     if !state.hub.has_peers() {
         return None;
     }
-    let since = state.clock.now() - OWNER_TTL_MICROS;
+    let ttl = i64::try_from(state.runtime.config.server_ttl.as_micros()).unwrap_or(i64::MAX);
+    let since = state.clock.now() - ttl;
     match state.repo.live_owner(session_id, since).await {
         Ok(Some(owner)) if owner != state.runtime.config.server_id => Some(owner),
         Ok(_) => None,

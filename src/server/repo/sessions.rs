@@ -66,6 +66,17 @@ pub trait SessionStore: Send + Sync {
 
     /// The server that runs the session's agent, if it was alive at `since` or later.
     async fn live_owner(&self, session_id: &str, since: Micros) -> RepoResult<Option<String>>;
+
+    /// (session, server) for the sessions whose server, other than `own`, was last heard from
+    /// before `dead_before` (or never).
+    async fn sessions_of_dead_servers(
+        &self,
+        own: &str,
+        dead_before: Micros,
+    ) -> RepoResult<Vec<(String, String)>>;
+
+    /// Removes `server_id` as the session's owner; `false` when another server did first.
+    async fn release_session_owner(&self, session_id: &str, server_id: &str) -> RepoResult<bool>;
 }
 
 #[async_trait]
@@ -299,5 +310,33 @@ where
         .bind(since)
         .fetch_optional(&self.pool)
         .await?)
+    }
+
+    async fn sessions_of_dead_servers(
+        &self,
+        own: &str,
+        dead_before: Micros,
+    ) -> RepoResult<Vec<(String, String)>> {
+        Ok(sqlx::query_as::<DB, (String, String)>(
+            "SELECT o.session_id, o.server_id FROM session_owners o \
+             LEFT JOIN servers v ON v.id = o.server_id \
+             WHERE o.server_id <> $1 AND (v.seen_at IS NULL OR v.seen_at < $2) \
+             ORDER BY o.session_id",
+        )
+        .bind(own)
+        .bind(dead_before)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn release_session_owner(&self, session_id: &str, server_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "DELETE FROM session_owners WHERE session_id = $1 AND server_id = $2",
+        )
+        .bind(session_id)
+        .bind(server_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
     }
 }

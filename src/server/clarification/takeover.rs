@@ -1,0 +1,80 @@
+//! Issue 13: a server that stops beating is dead; another server takes its sessions over while
+//! it runs (not only at start-up). One compare-and-set on `session_owners` picks the server
+//! that does; it recovers each session as start-up recovery would (L19, N6, L9: open turns
+//! completed, questions detached and still answerable, permissions cancelled), tells the
+//! clients, and delivers owed resumes by relaunching the agent here (`session/load`).
+
+use super::recovery::{self, Recovered};
+use crate::model::SessionState;
+use crate::server::orchestrator::{publish, worker, workflow};
+use crate::server::repo::RepoResult;
+use crate::server::state::AppState;
+use crate::server::summary::projector::{Scope, refresh_task};
+
+/// Takes over the sessions of servers not heard from since `dead_before`; returns how many.
+pub async fn take_over_dead(state: &AppState, dead_before: i64) -> RepoResult<usize> {
+    let own = &state.runtime.config.server_id;
+    let mut taken = 0;
+    for (session_id, owner) in state
+        .repo
+        .sessions_of_dead_servers(own, dead_before)
+        .await?
+    {
+        if state
+            .repo
+            .release_session_owner(&session_id, &owner)
+            .await?
+        {
+            tracing::warn!(
+                session_id,
+                owner,
+                "taking over the session of a server that stopped"
+            );
+            take_over(state, &session_id).await?;
+            taken += 1;
+        }
+    }
+    Ok(taken)
+}
+
+async fn take_over(state: &AppState, session_id: &str) -> RepoResult<()> {
+    let repo = state.repo.as_ref();
+    let now = state.clock.now();
+    let Some(session) = repo.get_session(session_id).await? else {
+        return Ok(());
+    };
+    let mut out = Recovered::default();
+    recovery::settle(repo, |s| s == session_id, &mut out).await?;
+    for p in repo.cancel_permissions(Some(session_id), now).await? {
+        publish::permission_resolved(state, &p);
+    }
+    let mut detached = out.restored_bundles.clone();
+    let mut completed = Vec::new();
+    if !session.state.is_terminal() {
+        for turn in repo.complete_open_turns(session_id, now).await? {
+            detached.extend(repo.detach_turn(&turn).await?);
+            completed.push(turn);
+        }
+        detached.extend(repo.detach_session(session_id).await?);
+        if session.state != SessionState::WaitingForInput
+            && let Some(s) = repo
+                .set_session_state(session_id, SessionState::WaitingForInput, now)
+                .await?
+        {
+            publish::session_state_changed(state, &s).await;
+        }
+    }
+    if !detached.is_empty() {
+        publish::bundles_by_id(state, publish::BundleEvent::Detached, &detached).await;
+    }
+    for turn in &completed {
+        workflow::turn_completed(state, session_id, &session.task_id, turn).await;
+    }
+    if let Err(e) = refresh_task(state, &session.task_id, Scope::Full, None).await {
+        tracing::warn!(session_id, error = %e, "summary refresh after a takeover failed");
+    }
+    if !repo.owed_resumes(session_id).await?.is_empty() {
+        worker::deliver_owed(state, session_id, &session.task_id);
+    }
+    Ok(())
+}
