@@ -63,6 +63,19 @@ fn summary_of(task: &str, pending: Value) -> impl Fn(&Value) -> bool {
     }
 }
 
+/// The agent's transcript lines of `session` that start with one of `prefixes` (how many
+/// times an answer reached the agent).
+async fn lines_starting(api: &Api, session: &str, prefixes: &[&str]) -> Vec<String> {
+    api.agent_lines(session)
+        .await
+        .into_iter()
+        .filter(|l| prefixes.iter().any(|p| l.starts_with(p)))
+        .collect()
+}
+
+const LIVE: &str = "You answered:";
+const RESUMED: &str = "Thanks, continuing with your answer:";
+
 /// (epoch, sequence) of a session snapshot, as clients compare them (P9).
 fn revision(session: &Value) -> (u64, u64) {
     let r = &session["pending_action_revision"];
@@ -95,14 +108,10 @@ async fn p10_a_question_on_one_server_reaches_the_clients_of_another_and_clears(
     assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
     next_frame(&mut on_b, summary_of(&task, Value::Null)).await;
     api_a.wait_turns_done(&session, 1).await;
-    let answered = api_a
-        .agent_lines(&session)
-        .await
-        .into_iter()
-        .filter(|l| l.starts_with("You answered:"))
-        .count();
+    let answered = lines_starting(&api_a, &session, &[LIVE]).await;
     assert_eq!(
-        answered, 1,
+        answered.len(),
+        1,
         "the agent received the answer exactly once (I3)"
     );
     b.stop().await;
@@ -278,13 +287,13 @@ async fn i3_an_answer_given_on_another_server_reaches_the_waiting_agent_once(url
         1,
         "delivered live in the asking turn, not as a resume: {turns:?}"
     );
-    let lines = api_a.agent_lines(&session).await;
-    let answered: Vec<_> = lines
-        .iter()
-        .filter(|l| l.starts_with("You answered:"))
-        .collect();
-    assert_eq!(answered.len(), 1, "{lines:?}");
-    assert!(answered[0].contains("postgresql"), "{lines:?}");
+    let answered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    assert!(
+        answered[0].starts_with(LIVE),
+        "live, not resumed: {answered:?}"
+    );
+    assert!(answered[0].contains("postgresql"), "{answered:?}");
     assert_eq!(c.state.runtime.agents.count(), 0, "C started no agent");
     let bundle = Api::new(&b.base)
         .get(&format!("/api/v1/clarifications/{pending}"))
@@ -323,13 +332,9 @@ async fn l13_concurrent_responders_on_three_servers_claim_once(url: String) {
         .unwrap()
         .to_string();
     api_a.wait_turns_done(&session, 1).await;
-    let lines = api_a.agent_lines(&session).await;
-    let answered: Vec<_> = lines
-        .iter()
-        .filter(|l| l.starts_with("You answered:"))
-        .collect();
-    assert_eq!(answered.len(), 1, "{lines:?}");
-    assert!(answered[0].contains(&chosen), "{lines:?}");
+    let answered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    assert!(answered[0].contains(&chosen), "{answered:?}");
     for s in servers {
         s.stop().await;
     }
@@ -378,14 +383,8 @@ async fn i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once(url: 
         2,
         "one resume: {turns}"
     );
-    let lines = api_a.agent_lines(&session).await;
-    let delivered = lines
-        .iter()
-        .filter(|l| {
-            l.starts_with("Thanks, continuing with your answer:") || l.starts_with("You answered:")
-        })
-        .count();
-    assert_eq!(delivered, 1, "{lines:?}");
+    let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
     assert_eq!(c.state.runtime.agents.count(), 0, "C started no agent");
     c.stop().await;
     a.stop().await;
@@ -529,12 +528,9 @@ async fn l9_a_killed_servers_question_is_taken_over_and_answered_once(url: Strin
         )
         .await;
     assert_eq!(turns["turns"].as_array().unwrap().len(), 2, "{turns}");
-    let lines = api_b.agent_lines(&session).await;
-    let delivered = lines
-        .iter()
-        .filter(|l| l.starts_with("Thanks, continuing with your answer:"))
-        .count();
-    assert_eq!(delivered, 1, "{lines:?}");
+    let delivered = lines_starting(&api_b, &session, &[LIVE, RESUMED]).await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert!(delivered[0].starts_with(RESUMED), "{delivered:?}");
     assert_eq!(b.state.runtime.agents.count(), 1, "B relaunched the agent");
     b.stop().await;
     drop(a);

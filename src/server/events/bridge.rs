@@ -244,13 +244,7 @@ async fn send_loop(
         } {
             Outgoing::Event(e) => e,
             Outgoing::Text(text) => {
-                let sent = if text.len() <= INLINE_LIMIT {
-                    notify(&pool, &text).await
-                } else {
-                    spilled += 1;
-                    spill(&pool, &origin, &text, spilled.is_multiple_of(64)).await
-                };
-                if let Err(e) = sent {
+                if let Err(e) = send_text(&pool, &origin, &text, &mut spilled).await {
                     tracing::warn!(error = %e, "cannot send a message to the other servers");
                 }
                 continue;
@@ -263,18 +257,26 @@ async fn send_loop(
             overflowed.store(true, Ordering::SeqCst);
         }
         let text = body(&origin, &event);
-        let sent = if text.len() <= INLINE_LIMIT {
-            notify(&pool, &text).await
-        } else {
-            spilled += 1;
-            spill(&pool, &origin, &text, spilled.is_multiple_of(64)).await
-        };
-        if let Err(e) = sent {
+        if let Err(e) = send_text(&pool, &origin, &text, &mut spilled).await {
             // Another server missed this event: it resyncs its clients.
             tracing::warn!(error = %e, action = %event.action, "cannot relay an event");
             overflowed.store(true, Ordering::SeqCst);
         }
     }
+}
+
+/// Notifies `text`, through the spill table when it is too large for `NOTIFY`.
+async fn send_text(
+    pool: &PgPool,
+    origin: &str,
+    text: &str,
+    spilled: &mut u64,
+) -> Result<(), sqlx::Error> {
+    if text.len() <= INLINE_LIMIT {
+        return notify(pool, text).await;
+    }
+    *spilled += 1;
+    spill(pool, origin, text, spilled.is_multiple_of(64)).await
 }
 
 /// Stores a large body and notifies its row id; now and then deletes old rows.
