@@ -12,6 +12,9 @@ test("README screenshot: the desktop task page with an agent's question", async 
     await page.getByTestId("clarification-option-sqlite").click();
     await page.screenshot({ path: screenshotPath("desktop.png") });
   } finally {
+    // Leave the page first: a page left open on a stopped server logs a refused
+    // reconnect, which the browser-error check would count.
+    await page.goto("about:blank");
     await server.stop();
   }
 });
