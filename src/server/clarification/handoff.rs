@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::respond::{finalize, resume_prompt, stored_response};
+use super::respond::{after_owed, finalize, resume_prompt, stored_response};
 use crate::model::BundleStatus;
 use crate::server::hooks::Point;
-use crate::server::orchestrator::{permissions, publish, worker};
+use crate::server::orchestrator::publish;
 use crate::server::repo::RepoError;
 use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
@@ -119,13 +119,7 @@ async fn accept(state: &AppState, pending_id: &str) {
             .await
         {
             Ok(Some(_)) => {
-                worker::deliver_owed(state, &bundle.record.session_id, &bundle.record.task_id);
-                super::asking::release_superseded(state, &bundle.record.session_id).await;
-                if let Err(e) =
-                    permissions::cancel_superseded(state, &bundle.record.session_id).await
-                {
-                    tracing::warn!(error = %e, "cannot cancel superseded permission requests");
-                }
+                after_owed(state, &bundle.record.session_id, &bundle.record.task_id).await;
             }
             Ok(None) => tracing::warn!(pending_id, "the session ended before the answer"),
             Err(e) => tracing::error!(pending_id, error = %e, "cannot owe an accepted answer"),

@@ -10,7 +10,7 @@
 //! Any repository error aborts start-up (the caller fails loudly).
 
 use crate::model::SessionState;
-use crate::server::repo::{RepoResult, Repository};
+use crate::server::repo::{RepoResult, Repository, SessionRecord};
 use crate::server::time::Micros;
 
 #[derive(Debug, Default, PartialEq)]
@@ -110,24 +110,52 @@ pub async fn recover_sessions_except(
     now: Micros,
     keep: &[String],
 ) -> RepoResult<Vec<CompletedTurn>> {
-    use SessionState::*;
     let mut completed = Vec::new();
     for s in repo.sessions_to_recover().await? {
         if keep.contains(&s.id) {
             continue;
         }
-        for turn in repo.complete_open_turns(&s.id, now).await? {
-            repo.detach_turn(&turn).await?;
-            completed.push(CompletedTurn {
-                session_id: s.id.clone(),
-                task_id: s.task_id.clone(),
-                turn_id: turn,
-            });
-        }
-        repo.detach_session(&s.id).await?;
-        if s.state != WaitingForInput {
-            repo.set_session_state(&s.id, WaitingForInput, now).await?;
-        }
+        let closed = close_session(repo, &s, now).await?;
+        completed.extend(closed.turns.into_iter().map(|turn_id| CompletedTurn {
+            session_id: s.id.clone(),
+            task_id: s.task_id.clone(),
+            turn_id,
+        }));
     }
     Ok(completed)
+}
+
+/// What [`close_session`] changed.
+pub(super) struct Closed {
+    /// Open turns it completed.
+    pub turns: Vec<String>,
+    /// Bundles it detached (L9: still answerable).
+    pub detached: Vec<String>,
+    /// The session after its move to `waiting_for_input`, when it moved.
+    pub moved: Option<SessionRecord>,
+}
+
+/// A session whose agent is gone: its open turns complete (owed resumes aside), its questions
+/// detach and stay answerable (L9), and it waits for input.
+pub(super) async fn close_session(
+    repo: &dyn Repository,
+    s: &SessionRecord,
+    now: Micros,
+) -> RepoResult<Closed> {
+    let mut closed = Closed {
+        turns: Vec::new(),
+        detached: Vec::new(),
+        moved: None,
+    };
+    for turn in repo.complete_open_turns(&s.id, now).await? {
+        closed.detached.extend(repo.detach_turn(&turn).await?);
+        closed.turns.push(turn);
+    }
+    closed.detached.extend(repo.detach_session(&s.id).await?);
+    if s.state != SessionState::WaitingForInput {
+        closed.moved = repo
+            .set_session_state(&s.id, SessionState::WaitingForInput, now)
+            .await?;
+    }
+    Ok(closed)
 }

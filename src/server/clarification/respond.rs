@@ -225,16 +225,20 @@ pub async fn respond(
         Err(e) => return Err(undo(state, &record, e.to_string(), Undo::Announce).await),
     }
     publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
-    // The worker hears of the owed answer before the agent can react to the release below:
-    // with the turn still open it waits for the turn's end; after a crash, for a launch.
-    forward::deliver_owed(state, &record.session_id, &record.task_id).await;
-    // The owed turn is now current: questions and permission requests of the older turn that
-    // still wait end (L5, N6), so the agent finishes that turn and takes the answer.
-    super::asking::release_superseded(state, &record.session_id).await;
-    if let Err(e) = permissions::cancel_superseded(state, &record.session_id).await {
+    after_owed(state, &record.session_id, &record.task_id).await;
+    Ok(won)
+}
+
+/// After a resume became owed (L17): the worker that delivers it hears first — with the turn
+/// still open it waits for the turn's end; after a crash, for a launch — then the questions and
+/// permission requests of the older turn that still wait end (L5, N6), so the agent finishes
+/// that turn and takes the answer.
+pub(super) async fn after_owed(state: &AppState, session_id: &str, task_id: &str) {
+    forward::deliver_owed(state, session_id, task_id).await;
+    super::asking::release_superseded(state, session_id).await;
+    if let Err(e) = permissions::cancel_superseded(state, session_id).await {
         tracing::warn!(error = %e, "cannot cancel superseded permission requests");
     }
-    Ok(won)
 }
 
 /// L13/L14: the claim, with the loser classified. A loser that finds the bundle pending and

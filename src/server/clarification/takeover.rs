@@ -5,7 +5,6 @@
 //! clients, and delivers owed resumes by relaunching the agent here (`session/load`).
 
 use super::recovery::{self, Recovered};
-use crate::model::SessionState;
 use crate::server::orchestrator::{publish, worker, workflow};
 use crate::server::repo::RepoResult;
 use crate::server::state::AppState;
@@ -51,16 +50,10 @@ async fn take_over(state: &AppState, session_id: &str) -> RepoResult<()> {
     let mut detached = out.restored_bundles.clone();
     let mut completed = Vec::new();
     if !session.state.is_terminal() {
-        for turn in repo.complete_open_turns(session_id, now).await? {
-            detached.extend(repo.detach_turn(&turn).await?);
-            completed.push(turn);
-        }
-        detached.extend(repo.detach_session(session_id).await?);
-        if session.state != SessionState::WaitingForInput
-            && let Some(s) = repo
-                .set_session_state(session_id, SessionState::WaitingForInput, now)
-                .await?
-        {
+        let closed = recovery::close_session(repo, &session, now).await?;
+        detached.extend(closed.detached);
+        completed = closed.turns;
+        if let Some(s) = closed.moved {
             publish::session_state_changed(state, &s).await;
         }
     }
