@@ -40,6 +40,9 @@ mod on_postgres {
         l19_a_server_starting_up_leaves_the_live_sessions_of_another_alone,
         n_a_prompt_sent_through_another_server_reaches_the_sessions_agent,
         l9_a_killed_servers_question_is_taken_over_and_answered_once,
+        l5_an_answer_given_elsewhere_ends_the_superseded_wait_on_the_agents_server,
+        n6_an_answer_given_elsewhere_cancels_the_superseded_permission_on_the_agents_server,
+        l18_a_handed_over_answer_the_agents_server_cannot_record_is_owed_once,
     );
 }
 
@@ -485,7 +488,8 @@ async fn l19_a_server_starting_up_leaves_the_live_sessions_of_another_alone(url:
 /// A server killed (SIGKILL) while its agent waits for an answer. Once it has missed its
 /// heartbeats for the server TTL, another server takes the session over: the question is
 /// detached (L9) and answerable there, and the answer is delivered once, by the agent that
-/// server relaunches (`session/load`, L17/L18).
+/// server relaunches (`session/load`, L17/L18). Its pending permission request is cancelled
+/// (N6): its agent is gone.
 async fn l9_a_killed_servers_question_is_taken_over_and_answered_once(url: String) {
     let data = support::temp_dir("server-a");
     let a =
@@ -498,6 +502,8 @@ async fn l9_a_killed_servers_question_is_taken_over_and_answered_once(url: Strin
     .await;
     let (_, session) = a.api.start_task("/e2e:clarification").await;
     let pending = a.api.pending_id(&session).await;
+    let (permitting_task, permitting) = a.api.start_task("/e2e:permission").await;
+    let permission = a.api.pending_id(&permitting).await;
     a.signal(libc::SIGKILL);
 
     let api_b = Api::new(&b.base);
@@ -509,6 +515,32 @@ async fn l9_a_killed_servers_question_is_taken_over_and_answered_once(url: Strin
             == true
     })
     .await;
+    // N6: the killed agent's permission request is cancelled; nothing waits for it.
+    support::until(
+        "the killed agent's permission to be cancelled",
+        async || {
+            api_b
+                .get(&format!("/api/v1/permissions/{permission}"))
+                .await
+                .1["status"]
+                == "cancelled"
+        },
+    )
+    .await;
+    let (status, _) = api_b
+        .post(
+            &format!("/api/v1/permissions/{permission}/respond"),
+            json!({ "option_id": "allow" }),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 409);
+    api_b
+        .wait_for(
+            &format!("/api/v1/tasks/{permitting_task}"),
+            "its task to show no pending action",
+            |t| t["status_summary"].is_object() && t["status_summary"]["pending_action"].is_null(),
+        )
+        .await;
     let (status, body) = api_b
         .post(
             &format!("/api/v1/clarifications/{pending}/respond"),
@@ -534,4 +566,150 @@ async fn l9_a_killed_servers_question_is_taken_over_and_answered_once(url: Strin
     assert_eq!(b.state.runtime.agents.count(), 1, "B relaunched the agent");
     b.stop().await;
     drop(a);
+}
+
+/// A mock-agent script: a question the agent stops waiting for after a second (it is
+/// detached), then `then`, in the same turn. (Much shorter, and the call may be cancelled
+/// before the server has written its question at all.)
+fn detached_then(then: &str) -> String {
+    let q = json!({ "questions": [{ "id": "db", "prompt": "Which database first?", "options": [{ "id": "sqlite", "label": "SQLite" }, { "id": "postgresql", "label": "PostgreSQL" }] }] });
+    format!("e2e:ask-timeout(1000, {q})\n{then}")
+}
+
+/// Starts `script` on A and waits until its first question is detached and the agent waits
+/// on A for what comes next (`waits_on_a`); returns the session and the detached question.
+async fn detached_and_waiting(
+    a: &TestServer,
+    script: &str,
+    waits_on_a: impl Fn(&TestServer) -> bool,
+) -> (String, String) {
+    let api_a = Api::new(&a.base);
+    let (_, session) = api_a.start_task(script).await;
+    let repo = a.state.repo.clone();
+    let mut detached = String::new();
+    support::until("a detached question and a wait on A", async || {
+        let bundles = repo.session_bundles(&session).await.unwrap();
+        match bundles.iter().find(|b| b.detached) {
+            Some(b) => detached = b.pending_id.clone(),
+            None => return false,
+        }
+        waits_on_a(a)
+    })
+    .await;
+    (session, detached)
+}
+
+/// The agent on A asked a question it stopped waiting for, then a second one it waits for.
+/// The first is answered on B: its resume is owed, so the second question is superseded
+/// (L5) — the wait for it, held on A, must end, or the turn never ends and the resume is
+/// never delivered. Delivered once, on A.
+async fn l5_an_answer_given_elsewhere_ends_the_superseded_wait_on_the_agents_server(url: String) {
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
+    let live = json!({ "questions": [{ "id": "next", "prompt": "And then?", "options": [{ "id": "x", "label": "X" }, { "id": "y", "label": "Y" }] }] });
+    let (session, detached) =
+        detached_and_waiting(&a, &detached_then(&format!("e2e:ask({live})")), |a| {
+            a.state.runtime.waiters.len() == 1
+        })
+        .await;
+
+    let (status, body) = Api::new(&b.base)
+        .post(
+            &format!("/api/v1/clarifications/{detached}/respond"),
+            answer("sqlite"),
+        )
+        .await;
+    assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
+    let api_a = Api::new(&a.base);
+    let turns = api_a.wait_turns_done(&session, 2).await;
+    assert_eq!(turns.len(), 2, "the asking turn and one resume: {turns:?}");
+    let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert!(delivered[0].starts_with(RESUMED), "{delivered:?}");
+    assert_eq!(b.state.runtime.agents.count(), 0, "B started no agent");
+    b.stop().await;
+    a.stop().await;
+}
+
+/// As above with a permission request after the detached question: the answer given on B
+/// supersedes it (N6). It is cancelled where the agent waits for it (A), so the turn ends and
+/// the resume is delivered once.
+async fn n6_an_answer_given_elsewhere_cancels_the_superseded_permission_on_the_agents_server(
+    url: String,
+) {
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
+    let (session, detached) = detached_and_waiting(&a, &detached_then("e2e:permission()"), |a| {
+        a.state.runtime.permissions.len() == 1
+    })
+    .await;
+
+    let (status, body) = Api::new(&b.base)
+        .post(
+            &format!("/api/v1/clarifications/{detached}/respond"),
+            answer("sqlite"),
+        )
+        .await;
+    assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
+    let api_a = Api::new(&a.base);
+    let turns = api_a.wait_turns_done(&session, 2).await;
+    assert_eq!(turns.len(), 2, "the asking turn and one resume: {turns:?}");
+    let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert!(delivered[0].starts_with(RESUMED), "{delivered:?}");
+    let permission = a
+        .state
+        .repo
+        .pending_permission_requests(&session)
+        .await
+        .unwrap();
+    assert!(permission.is_empty(), "{permission:?}");
+    b.stop().await;
+    a.stop().await;
+}
+
+/// The server holding the waiting call (A) cannot record the delivery of an answer given on B
+/// (an injected failure where it accepts the offer). It must not hand the answer to the agent
+/// unrecorded — a restart would reopen a question the agent already used (L19). It ends the
+/// call instead; B withdraws its offer and the answer becomes an owed resume: delivered once,
+/// and still answered after A restarts (L18, I4).
+async fn l18_a_handed_over_answer_the_agents_server_cannot_record_is_owed_once(url: String) {
+    use turnstile::server::hooks::Point;
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
+    let api_a = Api::new(&a.base);
+    let (_, session) = api_a.start_task("/e2e:clarification").await;
+    let pending = api_a.pending_id(&session).await;
+    a.state.hooks.fail(Point::Finalize, 1);
+
+    let (status, body) = Api::new(&b.base)
+        .post(
+            &format!("/api/v1/clarifications/{pending}/respond"),
+            answer("sqlite"),
+        )
+        .await;
+    assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
+    assert_eq!(
+        a.state.hooks.armed(Point::Finalize),
+        0,
+        "the failure was hit"
+    );
+    let turns = api_a.wait_turns_done(&session, 2).await;
+    assert_eq!(turns.len(), 2, "the asking turn and one resume: {turns:?}");
+    let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert!(delivered[0].starts_with(RESUMED), "{delivered:?}");
+
+    a.stop().await;
+    let a = server(&url, "a").await;
+    let api_a = Api::new(&a.base);
+    let bundle = api_a
+        .get(&format!("/api/v1/clarifications/{pending}"))
+        .await
+        .1;
+    assert_eq!(bundle["status"], "answered", "{bundle}");
+    let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    b.stop().await;
+    a.stop().await;
 }

@@ -68,6 +68,15 @@ impl<T> Slots<T> {
     pub fn contains(&self, key: &str) -> bool {
         self.inner.lock().expect("slots lock").contains_key(key)
     }
+
+    /// How many entries wait to be taken.
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("slots lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// What a waiting `ask_user_question` call is told. A sender dropped without a message means

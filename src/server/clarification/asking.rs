@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ask::{Ask, tool_output};
 use crate::model::{AppError, SessionState};
+use crate::server::orchestrator::superseded::{SUPERSEDED, is_superseded as superseded};
 use crate::server::orchestrator::{publish, sessions};
 use crate::server::repo::{NewAsk, RepoResult, SessionRecord};
 use crate::server::runtime::WaiterMsg;
@@ -26,10 +27,6 @@ pub enum AskOutcome {
     /// The repository failed; the error carries no database text (it is logged).
     Failed(AppError),
 }
-
-/// Why an ask is refused when the agent's turn is no longer current (L6).
-const SUPERSEDED: &str = "this turn was superseded (the user already answered an earlier question, \
-     which comes next as a new message); continue without asking";
 
 /// Writes the bundle (or finds the identical active one, L8), then waits for its answer.
 /// `progress` is called every keepalive interval (L7).
@@ -73,7 +70,7 @@ where
             }
             // A resume owed for an earlier answer may have become current between the read
             // and our commit: then this question is already superseded and nobody will answer
-            // it. (`release_superseded` covers the other order.)
+            // it. (`superseded::end_waits` covers the other order.)
             if superseded(state, &id).await && state.runtime.waiters.take(&id).is_some() {
                 return AskOutcome::Ended(SUPERSEDED);
             }
@@ -134,34 +131,6 @@ where
         Err(e) => tracing::warn!(error = %e, pending_id, "detach failed"),
     }
     AskOutcome::Detached(stop_reason)
-}
-
-/// Pending but no longer active (a newer turn exists): nobody can answer it (L5).
-async fn superseded(state: &AppState, pending_id: &str) -> bool {
-    matches!(
-        state.repo.get_bundle(pending_id).await,
-        Ok(Some(b)) if b.record.status == crate::model::BundleStatus::Pending && !b.active
-    )
-}
-
-/// Ends the waits of a session's questions that a newer turn superseded (L5), so their agent
-/// calls return instead of waiting for answers nobody can give.
-pub async fn release_superseded(state: &AppState, session_id: &str) {
-    let Ok(bundles) = state.repo.session_bundles(session_id).await else {
-        return;
-    };
-    for b in bundles
-        .iter()
-        .filter(|b| b.status == crate::model::BundleStatus::Pending)
-    {
-        if !state.runtime.waiters.contains(&b.pending_id) || !superseded(state, &b.pending_id).await
-        {
-            continue;
-        }
-        if let Some(waiter) = state.runtime.waiters.take(&b.pending_id) {
-            let _ = waiter.send(WaiterMsg::Ended(SUPERSEDED));
-        }
-    }
 }
 
 async fn mark(state: &AppState, session_id: &str, to: SessionState) {

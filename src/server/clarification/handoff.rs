@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::respond::{after_owed, finalize, resume_prompt, stored_response};
+use super::respond::{resume_prompt, stored_response};
 use crate::model::BundleStatus;
 use crate::server::hooks::Point;
-use crate::server::orchestrator::publish;
+use crate::server::orchestrator::{forward, publish};
 use crate::server::repo::RepoError;
 use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
@@ -20,7 +20,8 @@ use crate::server::state::AppState;
 /// How long the answering server waits for the holder's confirmation.
 pub const OFFER_WAIT: Duration = Duration::from_secs(2);
 
-/// What the waiting call hears when the offer was withdrawn before this server took it.
+/// What the waiting call hears when this server did not take the offer (withdrawn first, or
+/// its delivery could not be recorded): the offering server delivers it as an owed resume.
 const WITHDRAWN: &str = "this question was answered on another server while this call waited; \
      the answer arrives as your next prompt";
 
@@ -71,22 +72,28 @@ pub fn serve(state: AppState, mut offers: mpsc::Receiver<String>) {
     });
 }
 
-/// Takes an offered answer if this server holds its waiting call.
+/// Takes an offered answer if this server holds its waiting call. Taking it records its
+/// delivery in the same transaction, so the agent never holds an answer whose delivery is not
+/// recorded (a restart would reopen it, L19). If that fails, or the offer was withdrawn first,
+/// the call ends instead: the offering server withdraws and the answer becomes an owed resume.
 async fn accept(state: &AppState, pending_id: &str) {
     state.hooks.run(Point::AcceptOffer, pending_id).await;
     let Some(waiter) = state.runtime.waiters.take(pending_id) else {
         return;
     };
-    match state.repo.accept_handoff(pending_id).await {
+    let accepted = match state.hooks.check(Point::Finalize) {
+        Ok(()) => state.repo.accept_handoff(pending_id).await,
+        Err(e) => Err(e),
+    };
+    match accepted {
         Ok(true) => {}
         Ok(false) => {
-            // Withdrawn first: the answer is owed on the other server; this wait is over.
             let _ = waiter.send(WaiterMsg::Ended(WITHDRAWN));
             return;
         }
         Err(e) => {
-            tracing::warn!(pending_id, error = %e, "cannot accept an answer offer");
-            state.runtime.waiters.put(pending_id, waiter);
+            tracing::warn!(pending_id, error = %e, "cannot accept an answer offer; the call ends");
+            let _ = waiter.send(WaiterMsg::Ended(WITHDRAWN));
             return;
         }
     }
@@ -101,10 +108,6 @@ async fn accept(state: &AppState, pending_id: &str) {
         tracing::error!(pending_id, "an accepted answer has no response");
         return;
     };
-    if let Err(e) = finalize(state, pending_id).await {
-        // The delivery marker stays: start-up recovery (L19) settles it.
-        tracing::error!(pending_id, error = %e, "cannot record a delivery");
-    }
     let action = if bundle.record.status == BundleStatus::Rejected {
         publish::BundleEvent::Rejected
     } else {
@@ -119,7 +122,8 @@ async fn accept(state: &AppState, pending_id: &str) {
             .await
         {
             Ok(Some(_)) => {
-                after_owed(state, &bundle.record.session_id, &bundle.record.task_id).await;
+                forward::deliver_owed(state, &bundle.record.session_id, &bundle.record.task_id)
+                    .await;
             }
             Ok(None) => tracing::warn!(pending_id, "the session ended before the answer"),
             Err(e) => tracing::error!(pending_id, error = %e, "cannot owe an accepted answer"),

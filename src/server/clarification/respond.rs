@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::handoff::{self, Handoff};
 use crate::model::{Answer, AppError, BundleStatus, Response};
 use crate::server::hooks::Point;
-use crate::server::orchestrator::{forward, permissions, publish, workflow};
+use crate::server::orchestrator::{forward, publish, workflow};
 use crate::server::repo::{BundleRecord, BundleView, Claim, ClaimOutcome, RepoError};
 use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
@@ -225,20 +225,8 @@ pub async fn respond(
         Err(e) => return Err(undo(state, &record, e.to_string(), Undo::Announce).await),
     }
     publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
-    after_owed(state, &record.session_id, &record.task_id).await;
+    forward::deliver_owed(state, &record.session_id, &record.task_id).await;
     Ok(won)
-}
-
-/// After a resume became owed (L17): the worker that delivers it hears first — with the turn
-/// still open it waits for the turn's end; after a crash, for a launch — then the questions and
-/// permission requests of the older turn that still wait end (L5, N6), so the agent finishes
-/// that turn and takes the answer.
-pub(super) async fn after_owed(state: &AppState, session_id: &str, task_id: &str) {
-    forward::deliver_owed(state, session_id, task_id).await;
-    super::asking::release_superseded(state, session_id).await;
-    if let Err(e) = permissions::cancel_superseded(state, session_id).await {
-        tracing::warn!(error = %e, "cannot cancel superseded permission requests");
-    }
 }
 
 /// L13/L14: the claim, with the loser classified. A loser that finds the bundle pending and
@@ -288,7 +276,7 @@ async fn claim_or_lose(
 }
 
 /// Records that the claimed outcome was handed over (or, for a rejection, is final).
-pub(super) async fn finalize(state: &AppState, pending_id: &str) -> Result<(), RepoError> {
+async fn finalize(state: &AppState, pending_id: &str) -> Result<(), RepoError> {
     state.hooks.check(Point::Finalize)?;
     state.repo.finalize_delivery(pending_id).await.map(|_| ())
 }

@@ -7,8 +7,8 @@
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::sessions;
 use super::worker::{self, PromptAccepted};
+use super::{sessions, superseded};
 use crate::model::AppError;
 use crate::server::events::Request;
 use crate::server::state::AppState;
@@ -78,8 +78,11 @@ pub async fn retry(state: &AppState, session_id: &str) -> Option<Result<bool, Ap
     Some(call(state, &owner, command).await.map(|v| v == json!(true)))
 }
 
-/// Wakes the worker that delivers the session's owed resume: the owner's, or this server's
-/// when no other live server runs the session's agent (L17).
+/// After a resume became owed (L17): wakes the worker that delivers it — the owner's, or this
+/// server's when no other live server runs the session's agent — and there ends the waits of
+/// the questions and permission requests it superseded (L5, N6), so the agent finishes the
+/// older turn and takes the answer (with the turn still open the worker waits for its end;
+/// after a crash, for a launch).
 pub async fn deliver_owed(state: &AppState, session_id: &str, task_id: &str) {
     if let Some(owner) = owner_elsewhere(state, session_id).await {
         let command =
@@ -90,7 +93,12 @@ pub async fn deliver_owed(state: &AppState, session_id: &str, task_id: &str) {
         }
         return;
     }
+    owed_here(state, session_id, task_id).await;
+}
+
+async fn owed_here(state: &AppState, session_id: &str, task_id: &str) {
     worker::deliver_owed(state, session_id, task_id);
+    superseded::end_waits(state, session_id).await;
 }
 
 /// Serves other servers' commands until shutdown.
@@ -132,7 +140,7 @@ async fn run(state: &AppState, command: &Value) -> Result<Value, AppError> {
             .await
             .map(Value::Bool),
         Some("deliver_owed") => {
-            worker::deliver_owed(state, &session_id, &text("task_id")?);
+            owed_here(state, &session_id, &text("task_id")?).await;
             Ok(Value::Null)
         }
         other => Err(AppError::BadRequest(format!(

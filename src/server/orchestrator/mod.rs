@@ -6,6 +6,7 @@ pub mod profiles;
 pub mod publish;
 pub mod sessions;
 pub mod stream;
+pub mod superseded;
 pub mod tasks;
 pub mod transcript;
 pub mod worker;

@@ -65,7 +65,8 @@ pub trait OutboxStore: Send + Sync {
     /// (again `offered` if an earlier offer was withdrawn).
     async fn offer_handoff(&self, pending_id: &str, at: Micros) -> RepoResult<()>;
 
-    /// The holder takes an offered answer: `false` when it was withdrawn first.
+    /// The holder takes an offered answer and, in the same transaction, records its delivery
+    /// (as `finalize_delivery`): `false` when it was withdrawn first.
     async fn accept_handoff(&self, pending_id: &str) -> RepoResult<bool>;
 
     /// The offering server takes its offer back: `false` when the holder accepted it first.
@@ -285,13 +286,24 @@ where
     }
 
     async fn accept_handoff(&self, pending_id: &str) -> RepoResult<bool> {
+        let mut tx = self.write_tx().await?;
         let done = sqlx::query::<DB>(
             "UPDATE answer_handoffs SET state = 'delivered' WHERE pending_id = $1 AND state = 'offered'",
         )
         .bind(pending_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(done.rows_affected() > 0)
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        sqlx::query::<DB>(
+            "UPDATE clarification_bundles SET delivery_pending = FALSE WHERE pending_id = $1",
+        )
+        .bind(pending_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn withdraw_handoff(&self, pending_id: &str) -> RepoResult<bool> {
