@@ -43,6 +43,7 @@ mod on_postgres {
         l5_an_answer_given_elsewhere_ends_the_superseded_wait_on_the_agents_server,
         n6_an_answer_given_elsewhere_cancels_the_superseded_permission_on_the_agents_server,
         l18_a_handed_over_answer_the_agents_server_cannot_record_is_owed_once,
+        n_a_server_that_just_started_forwards_to_the_sessions_server,
     );
 }
 
@@ -710,6 +711,30 @@ async fn l18_a_handed_over_answer_the_agents_server_cannot_record_is_owed_once(u
     assert_eq!(bundle["status"], "answered", "{bundle}");
     let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
     assert_eq!(delivered.len(), 1, "{delivered:?}");
+    b.stop().await;
+    a.stop().await;
+}
+
+/// A server that has just started knows which server runs a session as well as one that ran
+/// for days (the database says, not what it has heard over the bridge): the prompt it gets
+/// first thing goes to the session's agent, not to a second one.
+async fn n_a_server_that_just_started_forwards_to_the_sessions_server(url: String) {
+    let a = server(&url, "a").await;
+    let api_a = Api::new(&a.base);
+    let (_, session) = api_a.start_task("hello").await;
+    api_a.wait_turns_done(&session, 1).await;
+
+    let b = server(&url, "b").await;
+    let (status, body) = Api::new(&b.base)
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "again" }),
+        )
+        .await;
+    assert!(status.is_success(), "{status} {body}");
+    api_a.wait_turns_done(&session, 2).await;
+    assert_eq!(b.state.runtime.agents.count(), 0, "B started no agent");
+    assert_eq!(a.state.runtime.agents.count(), 1);
     b.stop().await;
     a.stop().await;
 }

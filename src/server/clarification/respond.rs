@@ -170,8 +170,14 @@ pub async fn respond(
             Err(_) => tracing::debug!(pending_id, "the waiter left; delivering as detached"),
         }
     }
-    // Issue 13: the call may wait on another server (the bundle is still attached there).
-    if !finalized && !record.detached && state.hub.has_peers() {
+    // Issue 13: the call may wait on the server that runs the session's agent (the bundle is
+    // still attached there).
+    if !finalized
+        && !record.detached
+        && forward::owner_elsewhere(state, &record.session_id)
+            .await
+            .is_some()
+    {
         match handoff::offer(state, pending_id).await {
             Ok(Handoff::Delivered) => return Ok(won),
             Ok(Handoff::NotTaken) => {}

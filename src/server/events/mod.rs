@@ -112,11 +112,6 @@ pub trait EventHub: Send + Sync + 'static {
         None
     }
 
-    /// Whether another server on the database was heard from lately (answers may wait there).
-    fn has_peers(&self) -> bool {
-        false
-    }
-
     /// Issue 13: asks the other servers whether one of them holds the waiting call of
     /// `pending_id` and delivers its (stored) answer; the receiver says whether it did. `None`
     /// when there are no other servers.

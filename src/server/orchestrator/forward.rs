@@ -13,11 +13,11 @@ use crate::model::AppError;
 use crate::server::events::Request;
 use crate::server::state::AppState;
 
-/// The other live server that runs `session_id`'s agent, if any.
-async fn owner_elsewhere(state: &AppState, session_id: &str) -> Option<String> {
-    if !state.hub.has_peers() {
-        return None;
-    }
+/// The other live server that runs `session_id`'s agent, if any: the session's owner row
+/// and the owner's heartbeat in the database decide, so a server that just started knows
+/// as much as one that ran for days. Without the event bridge (SQLite) there is no other.
+pub async fn owner_elsewhere(state: &AppState, session_id: &str) -> Option<String> {
+    state.hub.listener()?;
     let ttl = i64::try_from(state.runtime.config.server_ttl.as_micros()).unwrap_or(i64::MAX);
     let since = state.clock.now() - ttl;
     match state.repo.live_owner(session_id, since).await {

@@ -9,8 +9,8 @@ use sqlx::{PgPool, Row};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::wire::{Received, alive, parse};
-use super::{CHANNEL, Calls, Outgoing, Peers, RETRY, Replies};
+use super::wire::{Received, parse};
+use super::{CHANNEL, Calls, RETRY, Replies};
 use crate::server::events::{Event, EventHub, InProcessHub, ListenerState, Request};
 
 pub(super) fn resync(local: &InProcessHub, reason: &str) {
@@ -30,11 +30,8 @@ pub(super) struct Relay {
     pub(super) local: Arc<InProcessHub>,
     pub(super) offered: mpsc::Sender<String>,
     pub(super) replies: Replies,
-    pub(super) peers: Peers,
     pub(super) calls: Calls,
     pub(super) requested: mpsc::Sender<Request>,
-    pub(super) outbox: mpsc::Sender<Outgoing>,
-    pub(super) own: String,
 }
 
 /// Relays other servers' events into the local hub. A lost connection is replaced (its
@@ -85,16 +82,6 @@ pub(super) async fn listen_loop(
                     let waiting = relay.replies.lock().expect("replies lock").remove(&id);
                     if let Some(tx) = waiting {
                         let _ = tx.send(true);
-                    }
-                }
-                Received::Alive { origin, hello } => {
-                    relay
-                        .peers
-                        .lock()
-                        .expect("peers lock")
-                        .insert(origin, std::time::Instant::now());
-                    if hello {
-                        let _ = relay.outbox.try_send(alive(&relay.own, false));
                     }
                 }
                 // Full: the caller's wait ends without a reply.

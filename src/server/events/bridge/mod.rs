@@ -22,7 +22,7 @@ mod send;
 mod wire;
 
 use listen::{Relay, listen, listen_loop};
-use send::{heartbeat, send_loop};
+use send::send_loop;
 
 /// The `LISTEN`/`NOTIFY` channel of every server on the database.
 pub const CHANNEL: &str = "turnstile_events";
@@ -30,9 +30,6 @@ pub const CHANNEL: &str = "turnstile_events";
 pub const INLINE_LIMIT: usize = 7_000;
 /// Events waiting to be sent; beyond it the other servers are told to resync.
 pub(super) const OUTBOX: usize = 4_096;
-/// How often a server says it is alive; a peer not heard from for `PEER_TTL` is gone.
-pub(super) const HEARTBEAT: Duration = Duration::from_secs(10);
-pub(super) const PEER_TTL: Duration = Duration::from_secs(30);
 /// Between attempts to reconnect the listener.
 pub(super) const RETRY: Duration = Duration::from_millis(250);
 /// Spilled bodies older than this are deleted (a receiver reads them within moments).
@@ -48,15 +45,12 @@ pub(super) enum Outgoing {
 pub(super) type Replies = Arc<Mutex<HashMap<String, oneshot::Sender<bool>>>>;
 /// Requests this server sent and waits for: request id → the caller.
 pub(super) type Calls = Arc<Mutex<HashMap<String, oneshot::Sender<Value>>>>;
-/// The other servers heard from: server id → when.
-pub(super) type Peers = Arc<Mutex<HashMap<String, std::time::Instant>>>;
 
 pub struct PgBridge {
     server_id: String,
     local: Arc<InProcessHub>,
     outbox: mpsc::Sender<Outgoing>,
     replies: Replies,
-    peers: Peers,
     offers: Mutex<Option<mpsc::Receiver<String>>>,
     calls: Calls,
     requests: Mutex<Option<mpsc::Receiver<Request>>>,
@@ -92,18 +86,12 @@ impl PgBridge {
             local: local.clone(),
             outbox,
             replies: Replies::default(),
-            peers: Peers::default(),
             offers: Mutex::new(Some(offers)),
             calls: Calls::default(),
             requests: Mutex::new(Some(requests)),
             overflowed: Arc::new(AtomicBool::new(false)),
             listener: Arc::new(AtomicU8::new(ListenerState::Connected as u8)),
         });
-        tokio::spawn(heartbeat(
-            bridge.outbox.clone(),
-            bridge.server_id.clone(),
-            shutdown.clone(),
-        ));
         tokio::spawn(send_loop(
             sender_pool.clone(),
             server_id.clone(),
@@ -120,11 +108,8 @@ impl PgBridge {
                 local,
                 offered,
                 replies: bridge.replies.clone(),
-                peers: bridge.peers.clone(),
                 calls: bridge.calls.clone(),
                 requested,
-                outbox: bridge.outbox.clone(),
-                own: bridge.server_id.clone(),
             },
             bridge.listener.clone(),
             shutdown,
@@ -142,12 +127,6 @@ impl EventHub for PgBridge {
         if self.outbox.try_send(Outgoing::Event(event)).is_err() {
             self.overflowed.store(true, Ordering::SeqCst);
         }
-    }
-
-    fn has_peers(&self) -> bool {
-        let mut peers = self.peers.lock().expect("peers lock");
-        peers.retain(|_, seen| seen.elapsed() < PEER_TTL);
-        !peers.is_empty()
     }
 
     fn offer_answer(&self, pending_id: &str) -> Option<oneshot::Receiver<bool>> {

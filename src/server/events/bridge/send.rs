@@ -1,5 +1,5 @@
 //! Sending: local events and server-to-server messages in order, large bodies through the
-//! spill table, and the heartbeat.
+//! spill table.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,8 +9,8 @@ use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::wire::{alive, body};
-use super::{CHANNEL, HEARTBEAT, INLINE_LIMIT, Outgoing, SPILL_TTL_MICROS};
+use super::wire::body;
+use super::{CHANNEL, INLINE_LIMIT, Outgoing, SPILL_TTL_MICROS};
 
 pub(super) async fn notify(pool: &PgPool, body: &str) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_notify($1, $2)")
@@ -95,22 +95,4 @@ pub(super) async fn spill(
             .await?;
     }
     notify(pool, &json!({ "o": origin, "spill": id }).to_string()).await
-}
-
-/// Says hello when the server starts, then that it is alive every `HEARTBEAT`, so the others
-/// know whether an answer could be waited for elsewhere.
-pub(super) async fn heartbeat(
-    outbox: mpsc::Sender<Outgoing>,
-    own: String,
-    shutdown: CancellationToken,
-) {
-    let mut hello = true;
-    loop {
-        let _ = outbox.try_send(alive(&own, hello));
-        hello = false;
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(HEARTBEAT) => {}
-        }
-    }
 }

@@ -2,7 +2,6 @@
 
 use serde_json::{Value, json};
 
-use super::Outgoing;
 use crate::server::events::{Event, Request};
 
 /// The notification body of a local event.
@@ -30,8 +29,6 @@ pub(super) enum Received {
     Offer(String),
     /// Another server delivered the answer we offered.
     Delivered(String),
-    /// Another server is alive; `hello` when it just started and waits for our answer.
-    Alive { origin: String, hello: bool },
     /// A request addressed to this server.
     Request(Request),
     /// The reply to request `rid` of this server.
@@ -63,12 +60,6 @@ pub(super) fn parse(own: &str, text: &str) -> Received {
     if let Some(id) = v["spill"].as_str() {
         return Received::Spilled(id.to_string());
     }
-    if v.get("alive").is_some() {
-        return Received::Alive {
-            origin: v["o"].as_str().unwrap_or_default().to_string(),
-            hello: v["hello"] == true,
-        };
-    }
     if let Some(id) = v["offer"].as_str() {
         return Received::Offer(id.to_string());
     }
@@ -83,10 +74,6 @@ pub(super) fn parse(own: &str, text: &str) -> Received {
     e.session_id = v["s"].as_str().map(str::to_string);
     e.remote = true;
     Received::Event(e)
-}
-
-pub(super) fn alive(own: &str, hello: bool) -> Outgoing {
-    Outgoing::Text(json!({ "o": own, "alive": 1, "hello": hello }).to_string())
 }
 
 #[cfg(test)]
@@ -141,13 +128,6 @@ mod tests {
         assert_eq!(
             parse("b", r#"{"o":"a","to":"b","rid":"1","rep":true}"#),
             Received::Reply("1".into(), json!(true))
-        );
-        assert_eq!(
-            parse("b", r#"{"o":"a","alive":1,"hello":true}"#),
-            Received::Alive {
-                origin: "a".into(),
-                hello: true
-            }
         );
     }
 }
