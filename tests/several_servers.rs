@@ -44,6 +44,7 @@ mod on_postgres {
         n6_an_answer_given_elsewhere_cancels_the_superseded_permission_on_the_agents_server,
         l18_a_handed_over_answer_the_agents_server_cannot_record_is_owed_once,
         n_a_server_that_just_started_forwards_to_the_sessions_server,
+        n6_a_permission_answered_on_another_server_reaches_the_waiting_agent,
     );
 }
 
@@ -735,6 +736,40 @@ async fn n_a_server_that_just_started_forwards_to_the_sessions_server(url: Strin
     api_a.wait_turns_done(&session, 2).await;
     assert_eq!(b.state.runtime.agents.count(), 0, "B started no agent");
     assert_eq!(a.state.runtime.agents.count(), 1);
+    b.stop().await;
+    a.stop().await;
+}
+
+/// N6 across servers: the agent on A asks for a permission; the user answers it on B. The
+/// answer reaches A's waiting agent (not 409 "its agent is gone"), once, and is recorded.
+async fn n6_a_permission_answered_on_another_server_reaches_the_waiting_agent(url: String) {
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
+    let api_a = Api::new(&a.base);
+    let (_, session) = api_a.start_task("/e2e:permission").await;
+    let permission = api_a.pending_id(&session).await;
+
+    let api_b = Api::new(&b.base);
+    let (status, body) = api_b
+        .post(
+            &format!("/api/v1/permissions/{permission}/respond"),
+            json!({ "option_id": "allow" }),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(body["status"], "selected", "{body}");
+    api_a.wait_turns_done(&session, 1).await;
+    assert!(a.state.runtime.permissions.is_empty());
+    // Answered once: a second answer, on either server, is a conflict.
+    for api in [&api_a, &api_b] {
+        let (status, _) = api
+            .post(
+                &format!("/api/v1/permissions/{permission}/respond"),
+                json!({ "option_id": "allow" }),
+            )
+            .await;
+        assert_eq!(status.as_u16(), 409);
+    }
     b.stop().await;
     a.stop().await;
 }

@@ -1,5 +1,6 @@
 //! Issue 13, part 3: a command for a session whose agent runs on another live server goes to
-//! that server — prompts, cancel, retry and owed resumes — so a session has one agent. The
+//! that server — prompts, cancel, retry, owed resumes and permission answers — so a session
+//! has one agent. The
 //! owner runs it as if it had arrived there and replies with the result. A server owns a
 //! session from the moment its worker launches the session's agent (`session_owners`), while
 //! its heartbeat is fresh.
@@ -8,8 +9,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::worker::{self, PromptAccepted};
-use super::{sessions, superseded};
-use crate::model::AppError;
+use super::{permissions, sessions, superseded};
+use crate::model::{AppError, Permission};
 use crate::server::events::Request;
 use crate::server::state::AppState;
 
@@ -78,6 +79,21 @@ pub async fn retry(state: &AppState, session_id: &str) -> Option<Result<bool, Ap
     Some(call(state, &owner, command).await.map(|v| v == json!(true)))
 }
 
+/// `Some` when the session's agent runs elsewhere: the permission answer went there (N6).
+pub async fn permission(
+    state: &AppState,
+    session_id: &str,
+    id: &str,
+    option_id: Option<&str>,
+) -> Option<Result<Permission, AppError>> {
+    let owner = owner_elsewhere(state, session_id).await?;
+    let command =
+        json!({ "cmd": "permission", "session_id": session_id, "id": id, "option_id": option_id });
+    Some(call(state, &owner, command).await.and_then(|v| {
+        serde_json::from_value(v).map_err(|e| AppError::Internal(format!("unreadable reply: {e}")))
+    }))
+}
+
 /// After a resume became owed (L17): wakes the worker that delivers it — the owner's, or this
 /// server's when no other live server runs the session's agent — and there ends the waits of
 /// the questions and permission requests it superseded (L5, N6), so the agent finishes the
@@ -139,6 +155,11 @@ async fn run(state: &AppState, command: &Value) -> Result<Value, AppError> {
         Some("retry") => sessions::retry_here(state, &session_id)
             .await
             .map(Value::Bool),
+        Some("permission") => {
+            let option_id = command["option_id"].as_str().map(str::to_string);
+            let answered = permissions::respond_here(state, &text("id")?, option_id).await?;
+            Ok(serde_json::to_value(answered).unwrap_or(Value::Null))
+        }
         Some("deliver_owed") => {
             owed_here(state, &session_id, &text("task_id")?).await;
             Ok(Value::Null)

@@ -33,10 +33,27 @@ pub async fn pending_for_session(
         .map(|p| p.to_dto()))
 }
 
-/// Answers with `Some(option_id)` or cancels with `None`. The waiting agent call is taken
-/// first: only the one who takes it may resolve the request, so an answer can neither race a
-/// cancellation nor reach an agent that is gone.
+/// Answers with `Some(option_id)` or cancels with `None`, where the agent waits: here, or on
+/// the server that runs the session's agent (issue 13).
 pub async fn respond(
+    state: &AppState,
+    id: &str,
+    option_id: Option<String>,
+) -> Result<Permission, AppError> {
+    if !state.runtime.permissions.contains(id)
+        && let Some(request) = state.repo.get_permission_request(id).await?
+        && let Some(forwarded) =
+            super::forward::permission(state, &request.session_id, id, option_id.as_deref()).await
+    {
+        return forwarded;
+    }
+    respond_here(state, id, option_id).await
+}
+
+/// `respond` on this server. The waiting agent call is taken first: only the one who takes it
+/// may resolve the request, so an answer can neither race a cancellation nor reach an agent
+/// that is gone.
+pub async fn respond_here(
     state: &AppState,
     id: &str,
     option_id: Option<String>,
