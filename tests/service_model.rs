@@ -10,6 +10,12 @@
 //!
 //! 2,000 sequences per database by default; `TURNSTILE_SERVICE_SEQUENCES=<n>` runs more,
 //! `TURNSTILE_SEED=<seed>` replays one.
+//!
+//! Issue 13: `service_model_three_servers` runs the same sequences against three servers on
+//! one PostgreSQL database, every request sent to one of them at random (the session's agent
+//! runs on the server that launched it; the others forward to it or hand answers over), faults
+//! injected on any of them, any of them restarted. `TURNSTILE_SERVERS_SEQUENCES=<n>` (default
+//! 300) sets how many.
 
 mod support;
 
@@ -28,35 +34,66 @@ use turnstile::server::orchestrator::worker;
 use turnstile::server::summary::loader;
 
 const LANES: u64 = 8;
+/// Databases at once in the three-server run (three servers each).
+const THREE_SERVER_LANES: u64 = 4;
 const STEPS: usize = 6;
 /// Enough steps that advancing never runs out (I6 counts them).
 const WORKFLOW_STEPS: usize = 20;
 
+/// One database and its servers (one, or three sharing the in-process mock agent).
 struct Lane {
     url: String,
-    server: Option<TestServer>,
+    servers: Vec<Option<TestServer>>,
     agent: InProcess,
 }
 
 impl Lane {
-    async fn start(url: &str, agent: &InProcess) -> TestServer {
-        let agent = agent.clone();
-        TestServer::start_with(url, move |r| {
+    async fn new(url: String, servers: usize) -> Lane {
+        let mut lane = Lane {
+            url,
+            servers: (0..servers).map(|_| None).collect(),
+            agent: InProcess::default(),
+        };
+        for i in 0..servers {
+            lane.servers[i] = Some(lane.start(i).await);
+        }
+        lane
+    }
+
+    async fn start(&self, i: usize) -> TestServer {
+        let agent = self.agent.clone();
+        let id = (self.servers.len() > 1).then(|| format!("model-{i}"));
+        TestServer::start_with(&self.url, move |r| {
             r.in_process_mock = Some(agent);
             r.agent_start_timeout = Duration::from_secs(10);
+            if let Some(id) = id {
+                r.server_id = id;
+            }
         })
         .await
     }
 
-    fn server(&self) -> &TestServer {
-        self.server.as_ref().expect("running")
+    fn server(&self, i: usize) -> &TestServer {
+        self.servers[i].as_ref().expect("running")
     }
 
-    async fn restart(&mut self) {
-        if let Some(s) = self.server.take() {
+    fn all(&self) -> impl Iterator<Item = &TestServer> {
+        self.servers.iter().map(|s| s.as_ref().expect("running"))
+    }
+
+    async fn restart(&mut self, i: usize) {
+        if let Some(s) = self.servers[i].take() {
             s.stop().await;
         }
-        self.server = Some(Lane::start(&self.url, &self.agent).await);
+        self.servers[i] = Some(self.start(i).await);
+    }
+
+    async fn stop(&mut self) {
+        for s in &mut self.servers {
+            if let Some(s) = s.take() {
+                s.stop().await;
+            }
+        }
     }
 }
 
@@ -73,6 +110,8 @@ enum Turn {
 
 struct Seq<'a> {
     lane: &'a mut Lane,
+    /// The server this step's requests go to.
+    via: usize,
     seed: u64,
     log: Vec<String>,
     task: String,
@@ -92,7 +131,12 @@ struct Seq<'a> {
 
 impl Seq<'_> {
     fn api(&self) -> Api {
-        Api::new(&self.lane.server().base)
+        Api::new(&self.lane.server(self.via).base)
+    }
+
+    /// Any server: they share the database.
+    fn state(&self) -> turnstile::server::state::AppState {
+        self.lane.server(0).state.clone()
     }
 
     fn fail(&self, what: &str) -> ! {
@@ -138,7 +182,10 @@ impl Seq<'_> {
     async fn prompt(&mut self, turn: Turn) {
         let content = self.script(turn);
         // An armed dispatch failure hits the owed resume this prompt delivers first.
-        let fault = self.lane.server().state.hooks.armed(Point::Dispatch) > 0;
+        let fault = self
+            .lane
+            .all()
+            .any(|s| s.state.hooks.armed(Point::Dispatch) > 0);
         let (status, body) = self
             .api()
             .post(
@@ -158,7 +205,7 @@ impl Seq<'_> {
 
     /// Every bundle of the session with its L2 activity now.
     async fn bundles(&self) -> Vec<(String, BundleStatus, bool)> {
-        let repo = &self.lane.server().state.repo;
+        let repo = &self.state().repo;
         let mut out = Vec::new();
         for b in repo.session_bundles(&self.session).await.unwrap() {
             let s = repo.get_bundle(&b.pending_id).await.unwrap().unwrap();
@@ -176,14 +223,23 @@ impl Seq<'_> {
         (!all.is_empty()).then(|| all[rng.random_range(0..all.len())].clone())
     }
 
-    /// `n` concurrent responders (one when `n == 1`), with an optional injected failure.
-    async fn respond(&mut self, rng: &mut SmallRng, reject: bool, n: usize, fault: Option<Point>) {
+    /// `n` concurrent responders (one when `n == 1`), with an optional injected failure on
+    /// server `fault_at`.
+    async fn respond(
+        &mut self,
+        rng: &mut SmallRng,
+        reject: bool,
+        n: usize,
+        fault: Option<Point>,
+        fault_at: usize,
+    ) {
         let Some((pending_id, status, active)) = self.pick(rng).await else {
             return;
         };
-        let state = self.lane.server().state.clone();
+        let state = self.state();
+        let faulty = self.lane.server(fault_at).state.clone();
         if let Some(point) = fault {
-            state.hooks.fail(point, 1);
+            faulty.hooks.fail(point, 1);
         }
         let refused = !active && !matches!(status, BundleStatus::Answered | BundleStatus::Rejected);
         let counts_before = if refused {
@@ -269,12 +325,12 @@ impl Seq<'_> {
         if let Some(point) = fault
             && point != Point::Dispatch
         {
-            state.hooks.fail(point, 0);
+            faulty.hooks.fail(point, 0);
         }
     }
 
     async fn answer_permission(&mut self) {
-        let state = self.lane.server().state.clone();
+        let state = self.state();
         let Some(p) = state
             .repo
             .pending_permission_requests(&self.session)
@@ -284,7 +340,10 @@ impl Seq<'_> {
         else {
             return;
         };
-        let waiting = state.runtime.permissions.contains(&p.id);
+        let waiting = self
+            .lane
+            .all()
+            .any(|s| s.state.runtime.permissions.contains(&p.id));
         let (status, body) = self
             .api()
             .post(
@@ -314,24 +373,43 @@ impl Seq<'_> {
         }
     }
 
-    /// Quiescent: the worker has nothing to do, and every open turn waits for the human (a
-    /// live question or a permission request) — agents act only within turns.
+    /// Quiescent: no server's worker has anything to do, and every open turn waits for the
+    /// human (a live question or a permission request) — agents act only within turns. (No
+    /// request between servers is in flight: every request of a step returned, and each
+    /// waits for the server it asked.)
     async fn quiet(&self) -> bool {
-        let state = &self.lane.server().state;
-        let Some(before) = worker::idle_mark(state, &self.session) else {
+        let marks = |lane: &Lane| -> Option<Vec<_>> {
+            lane.all()
+                .map(|s| worker::idle_mark(&s.state, &self.session))
+                .collect()
+        };
+        let Some(before) = marks(self.lane) else {
             return false;
         };
-        // The reads below count only if the worker handled nothing meanwhile (a turn read as
+        // The reads below count only if no worker handled anything meanwhile (a turn read as
         // complete while the worker still writes its error message is no quiescent point).
         let quiet = self.quiet_in_database().await;
-        quiet && worker::idle_mark(state, &self.session) == Some(before)
+        quiet && marks(self.lane) == Some(before)
     }
 
     /// `quiet`'s database half: every open turn waits for the human (or owes a resume).
     async fn quiet_in_database(&self) -> bool {
-        let state = &self.lane.server().state;
+        let state = self.state();
         let repo = &state.repo;
+        let waits = |pending: &str| {
+            self.lane
+                .all()
+                .any(|s| s.state.runtime.waiters.contains(pending))
+        };
+        let asks = |permission: &str| {
+            self.lane
+                .all()
+                .any(|s| s.state.runtime.permissions.contains(permission))
+        };
         let turns = repo.list_turns(&self.session).await.unwrap();
+        // N6: a permission request of a superseded turn is cancelled; one that still waits
+        // is stuck, not quiescent.
+        let current = repo.current_turn_id(&self.session).await.unwrap();
         let owed: BTreeSet<String> = repo
             .owed_resumes(&self.session)
             .await
@@ -348,10 +426,13 @@ impl Seq<'_> {
                 if b.turn_id == t.id
                     && b.status == BundleStatus::Pending
                     && !b.detached
-                    && state.runtime.waiters.contains(&b.pending_id)
+                    && waits(&b.pending_id)
                 {
+                    // Only an answerable (active) question waits for the human: a superseded
+                    // one whose call still waits is stuck (L5), not quiescent.
                     let stored = repo.get_bundle(&b.pending_id).await.unwrap().unwrap();
-                    waits_for_answer |= !self.self_timed.contains(&stored.questions[0].prompt);
+                    waits_for_answer |=
+                        stored.active && !self.self_timed.contains(&stored.questions[0].prompt);
                 }
             }
             let waits_for_permission = repo
@@ -359,7 +440,7 @@ impl Seq<'_> {
                 .await
                 .unwrap()
                 .iter()
-                .any(|p| p.turn_id == t.id && state.runtime.permissions.contains(&p.id));
+                .any(|p| p.turn_id == t.id && Some(&t.id) == current.as_ref() && asks(&p.id));
             if !(waits_for_answer || waits_for_permission) {
                 return false;
             }
@@ -370,7 +451,7 @@ impl Seq<'_> {
     /// Waits for a quiescent point, re-checking whenever the server publishes something (or
     /// every 25 ms: the worker going idle publishes nothing).
     async fn settle(&self) {
-        let mut events = self.lane.server().state.hub.subscribe();
+        let mut events = self.lane.server(0).state.hub.subscribe();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while !self.quiet().await {
             if tokio::time::Instant::now() > deadline {
@@ -383,7 +464,7 @@ impl Seq<'_> {
 
     /// I1, I2, I4, I6, I9 at a quiescent point.
     async fn check(&mut self) {
-        let state = self.lane.server().state.clone();
+        let state = self.state();
         let repo = &state.repo;
         let current = repo.current_turn_id(&self.session).await.unwrap();
         for b in repo.active_bundles(&self.session).await.unwrap() {
@@ -470,7 +551,7 @@ impl Seq<'_> {
 
     /// Learns the pending ids of questions the agent asked (their prompts are unique).
     async fn learn_questions(&mut self) {
-        let repo = self.lane.server().state.repo.clone();
+        let repo = self.state().repo.clone();
         for b in repo.session_bundles(&self.session).await.unwrap() {
             if let std::collections::btree_map::Entry::Vacant(slot) =
                 self.prompts.entry(b.pending_id.clone())
@@ -482,9 +563,19 @@ impl Seq<'_> {
     }
 }
 
+/// One of the lane's servers at random (no draw with one server, so its sequences stay as
+/// they were).
+fn any_server(lane: &Lane, rng: &mut SmallRng) -> usize {
+    match lane.servers.len() {
+        1 => 0,
+        n => rng.random_range(0..n),
+    }
+}
+
 async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let api = Api::new(&lane.server().base);
+    let via = any_server(lane, &mut rng);
+    let api = Api::new(&lane.server(via).base);
     let (status, task) = api
         .post(
             "/api/v1/tasks",
@@ -496,6 +587,7 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
         task: task["id"].as_str().unwrap().to_string(),
         session: task["primary_session_id"].as_str().unwrap().to_string(),
         lane,
+        via,
         seed,
         log: vec![],
         questions: 0,
@@ -508,6 +600,7 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
     s.settle().await;
     for _ in 0..STEPS {
         let started = std::time::Instant::now();
+        s.via = any_server(s.lane, &mut rng);
         let op = rng.random_range(0..100);
         let name = match op {
             0..=34 => {
@@ -523,23 +616,24 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
                 format!("prompt {turn:?}")
             }
             35..=54 => {
-                s.respond(&mut rng, false, 1, None).await;
+                s.respond(&mut rng, false, 1, None, 0).await;
                 "answer".into()
             }
             55..=61 => {
-                s.respond(&mut rng, true, 1, None).await;
+                s.respond(&mut rng, true, 1, None, 0).await;
                 "skip".into()
             }
             62..=67 => {
                 let (n, reject) = (rng.random_range(2..5), rng.random_bool(0.2));
-                s.respond(&mut rng, reject, n, None).await;
+                s.respond(&mut rng, reject, n, None, 0).await;
                 format!("{n} concurrent responders")
             }
             68..=77 => {
                 let point = [Point::Owe, Point::Finalize, Point::Dispatch][rng.random_range(0..3)];
                 let reject = rng.random_bool(0.2);
-                s.respond(&mut rng, reject, 1, Some(point)).await;
-                format!("answer with a failure at {point:?}")
+                let at = any_server(s.lane, &mut rng);
+                s.respond(&mut rng, reject, 1, Some(point), at).await;
+                format!("answer with a failure at {point:?} on server {at}")
             }
             78..=82 => {
                 s.answer_permission().await;
@@ -554,9 +648,15 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
                 "retry".into()
             }
             _ => {
-                s.lane.restart().await;
-                "restart".into()
+                let which = any_server(s.lane, &mut rng);
+                s.lane.restart(which).await;
+                format!("restart server {which}")
             }
+        };
+        let name = if s.lane.servers.len() > 1 {
+            format!("{name} (via server {})", s.via)
+        } else {
+            name
         };
         let acted = started.elapsed();
         s.settle().await;
@@ -571,10 +671,12 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
         }
         s.log.push(name);
     }
-    let state = s.lane.server().state.clone();
-    state.hooks.fail(Point::Dispatch, 0);
     // Done: stop its agent and end the session, so later restarts leave it alone.
-    worker::stop(&state, &s.session);
+    for server in s.lane.all() {
+        server.state.hooks.fail(Point::Dispatch, 0);
+        worker::stop(&server.state, &s.session);
+    }
+    let state = s.state();
     state
         .repo
         .set_session_state(
@@ -586,41 +688,42 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
         .unwrap();
 }
 
-fn seeds() -> Vec<u64> {
+/// The seeds to run: `TURNSTILE_SEED`, or `count` (`default` unless set) from a fixed base.
+fn seeds(count: &str, default: u64) -> Vec<u64> {
     if let Ok(seed) = std::env::var("TURNSTILE_SEED") {
         return vec![seed.parse().expect("TURNSTILE_SEED is a u64")];
     }
-    let n: u64 = std::env::var("TURNSTILE_SERVICE_SEQUENCES")
+    let n: u64 = std::env::var(count)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
+        .unwrap_or(default);
     (0..n).map(|i| 0x5e41_0000 + i).collect()
 }
 
-async fn run(url_for_lane: impl AsyncFn() -> Option<String>) {
-    let seeds = seeds();
+/// Runs `seeds` on `lanes` databases at once, each with `servers` servers.
+async fn run(
+    url_for_lane: impl AsyncFn() -> Option<String>,
+    seeds: Vec<u64>,
+    lanes: u64,
+    servers: usize,
+) {
+    let lane_count = lanes;
     let mut lanes = Vec::new();
-    for lane in 0..LANES.min(seeds.len() as u64) {
+    for lane in 0..lane_count.min(seeds.len() as u64) {
         let Some(url) = url_for_lane().await else {
             return;
         };
         let mine: Vec<u64> = seeds
             .iter()
             .copied()
-            .filter(|s| s % LANES == lane || seeds.len() == 1)
+            .filter(|s| s % lane_count == lane || seeds.len() == 1)
             .collect();
         lanes.push(tokio::spawn(async move {
-            let agent = InProcess::default();
-            let server = Lane::start(&url, &agent).await;
-            let mut lane = Lane {
-                url,
-                server: Some(server),
-                agent,
-            };
+            let mut lane = Lane::new(url, servers).await;
             let steps: Vec<Value> = (0..WORKFLOW_STEPS)
                 .map(|i| json!({ "name": format!("S{i}"), "on_turn_complete": "move_to_next" }))
                 .collect();
-            let (_, wf) = Api::new(&lane.server().base)
+            let (_, wf) = Api::new(&lane.server(0).base)
                 .post(
                     "/api/v1/workflows",
                     json!({ "name": "model", "steps": steps }),
@@ -630,9 +733,7 @@ async fn run(url_for_lane: impl AsyncFn() -> Option<String>) {
             for seed in mine {
                 run_sequence(&mut lane, &workflow, seed).await;
             }
-            if let Some(s) = lane.server.take() {
-                s.stop().await;
-            }
+            lane.stop().await;
         }));
     }
     let count = seeds.len();
@@ -643,15 +744,35 @@ async fn run(url_for_lane: impl AsyncFn() -> Option<String>) {
     eprintln!("service model: {count} sequences passed");
 }
 
+fn one_server_seeds() -> Vec<u64> {
+    seeds("TURNSTILE_SERVICE_SEQUENCES", 2000)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_model_sqlite() {
-    run(async || Some(support::sqlite_url())).await;
+    run(
+        async || Some(support::sqlite_url()),
+        one_server_seeds(),
+        LANES,
+        1,
+    )
+    .await;
     support::count_story("sqlite");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_model_postgres() {
-    run(support::postgres_url).await;
+    run(support::postgres_url, one_server_seeds(), LANES, 1).await;
+    if std::env::var("TEST_POSTGRES_URL").is_ok_and(|u| !u.is_empty()) {
+        support::count_story("postgres");
+    }
+}
+
+/// Issue 13: I1–I9 with every request sent to one of three servers on one database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_model_three_servers() {
+    let seeds = seeds("TURNSTILE_SERVERS_SEQUENCES", 300);
+    run(support::postgres_url, seeds, THREE_SERVER_LANES, 3).await;
     if std::env::var("TEST_POSTGRES_URL").is_ok_and(|u| !u.is_empty()) {
         support::count_story("postgres");
     }
