@@ -45,6 +45,8 @@ mod on_postgres {
         l18_a_handed_over_answer_the_agents_server_cannot_record_is_owed_once,
         n_a_server_that_just_started_forwards_to_the_sessions_server,
         n6_a_permission_answered_on_another_server_reaches_the_waiting_agent,
+        n_a_server_whose_session_was_taken_over_stops_its_agent,
+        n_a_server_cut_off_from_the_database_stops_its_agents,
     );
 }
 
@@ -772,4 +774,90 @@ async fn n6_a_permission_answered_on_another_server_reaches_the_waiting_agent(ur
     }
     b.stop().await;
     a.stop().await;
+}
+
+/// A with a short TTL, one session whose agent runs on A (idle after its first turn).
+async fn session_running_on(url: &str, ttl_ms: u64) -> (TestServer, String) {
+    let a = TestServer::start_with(url, |c| {
+        c.server_id = "a".into();
+        c.server_ttl = std::time::Duration::from_millis(ttl_ms);
+    })
+    .await;
+    let api_a = Api::new(&a.base);
+    let (_, session) = api_a.start_task("hello").await;
+    api_a.wait_turns_done(&session, 1).await;
+    assert_eq!(a.state.runtime.owned.keys(), vec![session.clone()]);
+    assert_eq!(a.state.runtime.agents.count(), 1);
+    (a, session)
+}
+
+/// A was out of touch long enough for B to take its session over (here: B's heartbeat and
+/// owner row written directly). At its next heartbeat A sees the session is no longer its
+/// own and stops its agent, so the session never has two (issue 13, part 3).
+async fn n_a_server_whose_session_was_taken_over_stops_its_agent(url: String) {
+    let (a, session) = session_running_on(&url, 1_500).await;
+    let repo = a.state.repo.clone();
+    repo.beat("b", a.state.clock.now()).await.unwrap();
+    repo.set_session_owner(&session, "b").await.unwrap();
+    support::until(
+        "A to stop the agent of the session B runs now",
+        async || a.state.runtime.agents.count() == 0 && a.state.runtime.owned.is_empty(),
+    )
+    .await;
+    assert_eq!(
+        repo.live_owner(&session, 0).await.unwrap().as_deref(),
+        Some("b"),
+        "A left the owner row to B"
+    );
+    a.stop().await;
+}
+
+/// A cannot reach the database (its connections are cut and refused). Another server (B) was
+/// alive at A's last heartbeat, so before A's lease can expire and B may take its sessions
+/// over, A stops their agents itself (a server that was alone keeps them: nobody would take
+/// over). Back in touch, the next prompt relaunches the agent on A (`session/load`).
+async fn n_a_server_cut_off_from_the_database_stops_its_agents(url: String) {
+    let b = TestServer::start_with(&url, |c| {
+        c.server_id = "b".into();
+        c.server_ttl = std::time::Duration::from_millis(1_500);
+    })
+    .await;
+    let (a, session) = session_running_on(&url, 1_500).await;
+    let admin = std::env::var("TEST_POSTGRES_URL").unwrap();
+    let database = url.rsplit('/').next().unwrap().split('?').next().unwrap();
+    support::raw_exec(
+        &admin,
+        &format!("ALTER DATABASE {database} ALLOW_CONNECTIONS false"),
+    )
+    .await;
+    support::raw_exec(
+        &admin,
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{database}' AND pid <> pg_backend_pid()"
+        ),
+    )
+    .await;
+    support::until("A to stop its agent while cut off", async || {
+        a.state.runtime.agents.count() == 0
+    })
+    .await;
+    support::raw_exec(
+        &admin,
+        &format!("ALTER DATABASE {database} ALLOW_CONNECTIONS true"),
+    )
+    .await;
+    let api_a = Api::new(&a.base);
+    let (status, body) = api_a
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "again" }),
+        )
+        .await;
+    assert!(status.is_success(), "{status} {body}");
+    api_a.wait_turns_done(&session, 2).await;
+    assert_eq!(a.state.runtime.agents.count(), 1);
+    assert_eq!(b.state.runtime.agents.count(), 0);
+    a.stop().await;
+    b.stop().await;
 }

@@ -77,6 +77,15 @@ impl<T> Slots<T> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    pub fn keys(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .expect("slots lock")
+            .keys()
+            .cloned()
+            .collect()
+    }
 }
 
 /// What a waiting `ask_user_question` call is told. A sender dropped without a message means
@@ -227,6 +236,9 @@ pub struct Runtime {
     /// session id → its worker.
     pub workers: Mutex<HashMap<String, crate::server::mailbox::SessionHandle>>,
     pub agents: AgentSlots,
+    /// Issue 13: the sessions whose agent runs here and that `session_owners` records as this
+    /// server's (PostgreSQL); the heartbeat checks they still are.
+    pub owned: Slots<()>,
     pub counters: SessionCounters,
 }
 
@@ -238,6 +250,7 @@ impl Runtime {
             waiters: Slots::default(),
             permissions: Slots::default(),
             workers: Mutex::new(HashMap::new()),
+            owned: Slots::default(),
             counters: SessionCounters::default(),
         }
     }

@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use crate::server::clarification::{recovery, takeover};
 use crate::server::events;
 use crate::server::hooks::Hooks;
-use crate::server::orchestrator::{worker, workflow};
+use crate::server::orchestrator::{lease, worker, workflow};
 use crate::server::repo::{
     Backend, NewAgentProfile, NewWorkflow, NewWorkflowStep, RepoResult, Repository,
 };
@@ -164,8 +164,9 @@ fn ttl_micros(runtime: &RuntimeConfig) -> i64 {
     i64::try_from(runtime.server_ttl.as_micros()).unwrap_or(i64::MAX)
 }
 
-/// Records this server's heartbeat every third of `--server-ttl` until shutdown, and takes
-/// over the sessions of servers that stopped beating (PostgreSQL only).
+/// Records this server's heartbeat every third of `--server-ttl` until shutdown, stops the
+/// agents of sessions it may have lost (`lease`), and takes over the sessions of servers that
+/// stopped beating (PostgreSQL only).
 fn spawn_heartbeat(state: &AppState) {
     if state.repo.backend() != Backend::Postgres {
         return;
@@ -173,6 +174,9 @@ fn spawn_heartbeat(state: &AppState) {
     let state = state.clone();
     tokio::spawn(async move {
         let every = state.runtime.config.server_ttl / 3;
+        let mut last_beat = tokio::time::Instant::now();
+        // Whether another server could take this one's sessions over (seen at the last beat).
+        let mut not_alone = true;
         loop {
             tokio::select! {
                 _ = state.shutdown.cancelled() => return,
@@ -180,10 +184,27 @@ fn spawn_heartbeat(state: &AppState) {
             }
             let now = state.clock.now();
             let server = &state.runtime.config.server_id;
-            if let Err(e) = state.repo.beat(server, now).await {
+            // Bounded: an unreachable database must not hold the loop past the fence time.
+            let beat = match tokio::time::timeout(every, state.repo.beat(server, now)).await {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(_) => Err("timed out".to_string()),
+            };
+            if let Err(e) = beat {
                 tracing::warn!(error = %e, "cannot record this server's heartbeat");
+                if not_alone
+                    && last_beat.elapsed() >= lease::fence_after(state.runtime.config.server_ttl)
+                {
+                    lease::fence_all(&state);
+                }
                 continue;
             }
+            last_beat = tokio::time::Instant::now();
+            let since = now - ttl_micros(&state.runtime.config);
+            not_alone = !matches!(
+                state.repo.other_live_servers(server, since).await,
+                Ok(others) if others.is_empty()
+            );
+            lease::fence_lost(&state).await;
             let dead_before = now - ttl_micros(&state.runtime.config);
             if let Err(e) = takeover::take_over_dead(&state, dead_before).await {
                 tracing::warn!(error = %e, "cannot take over a stopped server's sessions");

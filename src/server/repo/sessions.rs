@@ -64,6 +64,9 @@ pub trait SessionStore: Send + Sync {
     /// or later: start-up recovery leaves them to that server.
     async fn sessions_of_live_servers(&self, own: &str, since: Micros) -> RepoResult<Vec<String>>;
 
+    /// The servers other than `own` that were alive at `since` or later.
+    async fn other_live_servers(&self, own: &str, since: Micros) -> RepoResult<Vec<String>>;
+
     /// The server that runs the session's agent, if it was alive at `since` or later.
     async fn live_owner(&self, session_id: &str, since: Micros) -> RepoResult<Option<String>>;
 
@@ -294,6 +297,16 @@ where
         Ok(sqlx::query_scalar::<DB, String>(
             "SELECT o.session_id FROM session_owners o JOIN servers v ON v.id = o.server_id \
              WHERE o.server_id <> $1 AND v.seen_at >= $2 ORDER BY o.session_id",
+        )
+        .bind(own)
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn other_live_servers(&self, own: &str, since: Micros) -> RepoResult<Vec<String>> {
+        Ok(sqlx::query_scalar::<DB, String>(
+            "SELECT id FROM servers WHERE id <> $1 AND seen_at >= $2 ORDER BY id",
         )
         .bind(own)
         .bind(since)

@@ -52,6 +52,9 @@ impl Worker {
                         .repo
                         .set_session_owner(&self.session_id, &self.state.runtime.config.server_id)
                         .await;
+                    if r.is_ok() {
+                        self.state.runtime.owned.put(&self.session_id, ());
+                    }
                     self.log("cannot record the session's server", r);
                 }
                 self.agent = Some(Agent {
@@ -110,7 +113,12 @@ impl Worker {
             self.log("cannot revoke the MCP token", r);
         }
         self.state.runtime.agents.leave(&self.session_id);
+        self.state.runtime.owned.take(&self.session_id);
         self.cancel_permissions().await;
+        if self.fenced {
+            // The session's requests are the new owner's now (it cancelled ours at takeover).
+            return;
+        }
         let r = self
             .state
             .repo

@@ -90,6 +90,22 @@ pub fn stop_all(state: &AppState) {
     }
 }
 
+/// Issue 13: stops the worker of `session_id` (and its agent) because another server runs the
+/// session now; what that server recovered is left alone.
+pub fn fence(state: &AppState, session_id: &str) {
+    let handle = state
+        .runtime
+        .workers
+        .lock()
+        .expect("workers lock")
+        .remove(session_id);
+    if let Some(h) = handle
+        && h.send(Command::Fence).is_err()
+    {
+        h.stop.cancel();
+    }
+}
+
 /// Asks the worker of `session_id`, if it runs, to stop its idle agent.
 fn release(state: &AppState, session_id: &str) {
     let handle = state
@@ -135,6 +151,7 @@ pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandl
         open_turn: None,
         stream: StreamMerge::default(),
         flush_owed: false,
+        fenced: false,
     };
     tokio::spawn(worker.run(rx));
     let h = SessionHandle {
@@ -169,6 +186,8 @@ struct Worker {
     stream: StreamMerge,
     /// Whether `busy` counts an owed stream write.
     flush_owed: bool,
+    /// Another server runs the session now (`Command::Fence`).
+    fenced: bool,
 }
 
 async fn sleep_until_due(due: Option<Instant>) {
@@ -281,6 +300,11 @@ impl Worker {
                     self.cancel_permissions().await;
                 }
             }
+            Command::Fence => {
+                tracing::warn!(session_id = %self.session_id, "another server runs this session now; stopping its agent here");
+                self.fenced = true;
+                self.stop.cancel();
+            }
             Command::Release => {
                 if self.open_turn.is_none() && self.agent.is_some() {
                     tracing::info!(session_id = %self.session_id, "stopping an idle agent to make room");
@@ -304,6 +328,6 @@ fn reply_stopped(command: Command) {
         Command::Retry { reply } => {
             let _ = reply.send(Err(stopped()));
         }
-        Command::DeliverOwed | Command::Cancel | Command::Release => {}
+        Command::DeliverOwed | Command::Cancel | Command::Release | Command::Fence => {}
     }
 }
