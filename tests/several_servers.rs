@@ -603,6 +603,24 @@ async fn detached_and_waiting(
     (session, detached)
 }
 
+/// Answers `pending` through `via`: claimed, and the agent on `a` gets it once, as an owed
+/// resume in a second turn.
+async fn answered_and_resumed_once(a: &TestServer, via: &TestServer, session: &str, pending: &str) {
+    let (status, body) = Api::new(&via.base)
+        .post(
+            &format!("/api/v1/clarifications/{pending}/respond"),
+            answer("sqlite"),
+        )
+        .await;
+    assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
+    let api_a = Api::new(&a.base);
+    let turns = api_a.wait_turns_done(session, 2).await;
+    assert_eq!(turns.len(), 2, "the asking turn and one resume: {turns:?}");
+    let delivered = lines_starting(&api_a, session, &[LIVE, RESUMED]).await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert!(delivered[0].starts_with(RESUMED), "{delivered:?}");
+}
+
 /// The agent on A asked a question it stopped waiting for, then a second one it waits for.
 /// The first is answered on B: its resume is owed, so the second question is superseded
 /// (L5) — the wait for it, held on A, must end, or the turn never ends and the resume is
@@ -617,19 +635,7 @@ async fn l5_an_answer_given_elsewhere_ends_the_superseded_wait_on_the_agents_ser
         })
         .await;
 
-    let (status, body) = Api::new(&b.base)
-        .post(
-            &format!("/api/v1/clarifications/{detached}/respond"),
-            answer("sqlite"),
-        )
-        .await;
-    assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
-    let api_a = Api::new(&a.base);
-    let turns = api_a.wait_turns_done(&session, 2).await;
-    assert_eq!(turns.len(), 2, "the asking turn and one resume: {turns:?}");
-    let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
-    assert_eq!(delivered.len(), 1, "{delivered:?}");
-    assert!(delivered[0].starts_with(RESUMED), "{delivered:?}");
+    answered_and_resumed_once(&a, &b, &session, &detached).await;
     assert_eq!(b.state.runtime.agents.count(), 0, "B started no agent");
     b.stop().await;
     a.stop().await;
@@ -648,19 +654,7 @@ async fn n6_an_answer_given_elsewhere_cancels_the_superseded_permission_on_the_a
     })
     .await;
 
-    let (status, body) = Api::new(&b.base)
-        .post(
-            &format!("/api/v1/clarifications/{detached}/respond"),
-            answer("sqlite"),
-        )
-        .await;
-    assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
-    let api_a = Api::new(&a.base);
-    let turns = api_a.wait_turns_done(&session, 2).await;
-    assert_eq!(turns.len(), 2, "the asking turn and one resume: {turns:?}");
-    let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
-    assert_eq!(delivered.len(), 1, "{delivered:?}");
-    assert!(delivered[0].starts_with(RESUMED), "{delivered:?}");
+    answered_and_resumed_once(&a, &b, &session, &detached).await;
     let permission = a
         .state
         .repo
@@ -686,23 +680,12 @@ async fn l18_a_handed_over_answer_the_agents_server_cannot_record_is_owed_once(u
     let pending = api_a.pending_id(&session).await;
     a.state.hooks.fail(Point::Finalize, 1);
 
-    let (status, body) = Api::new(&b.base)
-        .post(
-            &format!("/api/v1/clarifications/{pending}/respond"),
-            answer("sqlite"),
-        )
-        .await;
-    assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
+    answered_and_resumed_once(&a, &b, &session, &pending).await;
     assert_eq!(
         a.state.hooks.armed(Point::Finalize),
         0,
         "the failure was hit"
     );
-    let turns = api_a.wait_turns_done(&session, 2).await;
-    assert_eq!(turns.len(), 2, "the asking turn and one resume: {turns:?}");
-    let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
-    assert_eq!(delivered.len(), 1, "{delivered:?}");
-    assert!(delivered[0].starts_with(RESUMED), "{delivered:?}");
 
     a.stop().await;
     let a = server(&url, "a").await;
