@@ -27,6 +27,7 @@ both_http!(
     p7_boot_and_reads_repair_a_stale_summary,
     p8_session_list_fails_closed,
     p1_p9_session_list_carries_pending_actions_and_revisions,
+    p4_a_burst_of_events_for_one_task_costs_one_refresh,
 );
 
 /// A task with one primary running session, driven through the repository plus the hub
@@ -660,4 +661,49 @@ fn competitor_error() -> turnstile::model::LastError {
         message: "the agent crashed".into(),
         occurred_at: "2026-01-01T00:00:00.000000Z".into(),
     }
+}
+
+/// P4 under load: events that wait while the projector is busy are covered by one refresh per
+/// task (it reads the state after all of them), not one each. The projector's first refresh
+/// is held at its compare-and-set while 50 more events for the task queue up.
+async fn p4_a_burst_of_events_for_one_task_costs_one_refresh(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let marker = marker_task(&server.state).await;
+    next_event(&mut rx, summary_of(&marker)).await;
+
+    let refreshed = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (r, g, held) = (refreshed.clone(), gate.clone(), s.task.clone());
+    s.state.hooks.set(
+        turnstile::server::hooks::Point::BeforeSummaryCas,
+        move |task_id| {
+            let first = {
+                let mut seen = r.lock().unwrap();
+                seen.push(task_id.clone());
+                task_id == held && seen.iter().filter(|t| **t == held).count() == 1
+            };
+            let g = g.clone();
+            async move {
+                if first {
+                    g.acquire().await.expect("gate").forget();
+                }
+            }
+        },
+    );
+    let event = || Event::new("session.message.added", json!({})).for_task(s.task.clone());
+    s.state.hub.publish(event());
+    let count = |task: &str| refreshed.lock().unwrap().iter().filter(|t| *t == task).count();
+    support::until("the first refresh to reach the gate", async || count(&s.task) == 1).await;
+    for _ in 0..50 {
+        s.state.hub.publish(event());
+    }
+    let last = marker_task(&s.state).await;
+    gate.add_permits(1);
+    support::until("the projector to reach the last task", async || count(&last) == 1).await;
+    s.state
+        .hooks
+        .clear(turnstile::server::hooks::Point::BeforeSummaryCas);
+    assert_eq!(count(&s.task), 2, "the held refresh, then one for the 50 that waited");
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use super::loader::{self, Projection};
 use crate::model::{LastError, SummaryBody};
@@ -157,6 +157,24 @@ pub fn summary_event(summary: &SummaryRecord) -> Event {
 
 /// Runs the projector until the hub closes or the server shuts down. A lag means events were missed: every task is
 /// reconciled, so nothing stays stale (P10).
+/// The refreshes a batch of events asks for: each task once, in the order first named.
+#[derive(Default)]
+struct Due {
+    tasks: Vec<String>,
+    seen: std::collections::HashSet<String>,
+    lagged: u64,
+}
+
+impl Due {
+    fn add(&mut self, event: &Event) {
+        if let Some(task_id) = event.task_id.as_deref().filter(|_| event.refreshes_projection())
+            && self.seen.insert(task_id.to_string())
+        {
+            self.tasks.push(task_id.to_string());
+        }
+    }
+}
+
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     let mut events = state.hub.subscribe();
     tokio::spawn(async move {
@@ -165,23 +183,32 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 e = events.recv() => e,
                 _ = state.shutdown.cancelled() => return,
             };
+            let mut due = Due::default();
             match next {
-                Ok(event) if event.refreshes_projection() => {
-                    let Some(task_id) = event.task_id.as_deref() else {
-                        continue;
-                    };
-                    if let Err(e) = refresh_task(&state, task_id, Scope::Full, None).await {
-                        tracing::warn!(error = %e, action = %event.action, "projector refresh failed");
-                    }
-                }
-                Ok(_) => {}
-                Err(RecvError::Lagged(missed)) => {
-                    tracing::warn!(missed, "projector lagged; reconciling every task");
-                    if let Err(e) = super::reconcile::reconcile_all(&state).await {
-                        tracing::warn!(error = %e, "reconciliation after lag failed");
-                    }
-                }
+                Ok(event) => due.add(&event),
+                Err(RecvError::Lagged(missed)) => due.lagged += missed,
                 Err(RecvError::Closed) => return,
+            }
+            // P4: every event already waiting is covered by one refresh per task, since a
+            // refresh reads the state after all of them (a burst costs one, not one each).
+            loop {
+                match events.try_recv() {
+                    Ok(event) => due.add(&event),
+                    Err(TryRecvError::Lagged(missed)) => due.lagged += missed,
+                    Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+                }
+            }
+            if due.lagged > 0 {
+                tracing::warn!(missed = due.lagged, "projector lagged; reconciling every task");
+                if let Err(e) = super::reconcile::reconcile_all(&state).await {
+                    tracing::warn!(error = %e, "reconciliation after lag failed");
+                }
+                continue;
+            }
+            for task_id in &due.tasks {
+                if let Err(e) = refresh_task(&state, task_id, Scope::Full, None).await {
+                    tracing::warn!(error = %e, task_id, "projector refresh failed");
+                }
             }
         }
     })
