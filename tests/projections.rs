@@ -694,16 +694,33 @@ async fn p4_a_burst_of_events_for_one_task_costs_one_refresh(url: String) {
     );
     let event = || Event::new("session.message.added", json!({})).for_task(s.task.clone());
     s.state.hub.publish(event());
-    let count = |task: &str| refreshed.lock().unwrap().iter().filter(|t| *t == task).count();
-    support::until("the first refresh to reach the gate", async || count(&s.task) == 1).await;
+    let count = |task: &str| {
+        refreshed
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|t| *t == task)
+            .count()
+    };
+    support::until("the first refresh to reach the gate", async || {
+        count(&s.task) == 1
+    })
+    .await;
     for _ in 0..50 {
         s.state.hub.publish(event());
     }
     let last = marker_task(&s.state).await;
     gate.add_permits(1);
-    support::until("the projector to reach the last task", async || count(&last) == 1).await;
+    support::until("the projector to reach the last task", async || {
+        count(&last) == 1
+    })
+    .await;
     s.state
         .hooks
         .clear(turnstile::server::hooks::Point::BeforeSummaryCas);
-    assert_eq!(count(&s.task), 2, "the held refresh, then one for the 50 that waited");
+    assert_eq!(
+        count(&s.task),
+        2,
+        "the held refresh, then one for the 50 that waited"
+    );
 }

@@ -167,7 +167,10 @@ struct Due {
 
 impl Due {
     fn add(&mut self, event: &Event) {
-        if let Some(task_id) = event.task_id.as_deref().filter(|_| event.refreshes_projection())
+        if let Some(task_id) = event
+            .task_id
+            .as_deref()
+            .filter(|_| event.refreshes_projection())
             && self.seen.insert(task_id.to_string())
         {
             self.tasks.push(task_id.to_string());
@@ -199,7 +202,10 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 }
             }
             if due.lagged > 0 {
-                tracing::warn!(missed = due.lagged, "projector lagged; reconciling every task");
+                tracing::warn!(
+                    missed = due.lagged,
+                    "projector lagged; reconciling every task"
+                );
                 if let Err(e) = super::reconcile::reconcile_all(&state).await {
                     tracing::warn!(error = %e, "reconciliation after lag failed");
                 }
