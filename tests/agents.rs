@@ -18,6 +18,7 @@ both_http!(
     n3_workflow_waits_for_the_question_and_advances_after,
     bad_prompts_get_clear_errors,
     a_long_streamed_reply_is_one_message_written_a_bounded_number_of_times,
+    a_reply_whose_last_chunk_arrives_after_its_question_stays_one_message,
 );
 
 async fn session_state(api: &Api, task: &str, session: &str) -> Value {
@@ -862,4 +863,68 @@ async fn a_long_streamed_reply_is_one_message_written_a_bounded_number_of_times(
         "{updates} writes for {CHUNKS} chunks"
     );
     server.stop().await;
+}
+
+/// The agent's reply comes over ACP, its question over MCP: the question can arrive while the
+/// worker has not yet taken the reply's last chunk (seen in the e2e suite: "I need one
+/// decisi" | question | "on before I start.You answered: …"). Forced here: the worker is held
+/// on the reply's first chunk until the question has arrived. The question waits for the
+/// worker to take what the agent sent before it, so the reply stays one message before the
+/// question, and what the agent says after the answer is a message of its own.
+async fn a_reply_whose_last_chunk_arrives_after_its_question_stays_one_message(url: String) {
+    use turnstile::server::hooks::Point;
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let chunks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (g, c) = (gate.clone(), chunks.clone());
+    server.state.hooks.set(Point::StreamChunk, move |_| {
+        let first = c.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        let g = g.clone();
+        async move {
+            if first {
+                g.acquire().await.expect("gate").forget();
+            }
+        }
+    });
+    let g = gate.clone();
+    server.state.hooks.set(Point::AskSync, move |_| {
+        g.add_permits(1);
+        async {}
+    });
+    let (_task, session) = api.start_task("/e2e:clarification").await;
+    let pending = api.pending_id(&session).await;
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/clarifications/{pending}/respond"),
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["postgresql"] }] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    api.wait_turns_done(&session, 1).await;
+    server.state.hooks.clear(Point::StreamChunk);
+    server.state.hooks.clear(Point::AskSync);
+    let agent: Vec<(String, String)> = api
+        .messages(&session)
+        .await
+        .iter()
+        .filter(|m| m["author"] == "agent")
+        .map(|m| {
+            (
+                m["kind"].as_str().unwrap().to_string(),
+                m["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let kinds: Vec<&str> = agent.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["text", "clarification_request", "text"],
+        "{agent:?}"
+    );
+    assert_eq!(
+        agent[0].1, "I need one decision before I start.",
+        "{agent:?}"
+    );
+    assert!(agent[2].1.starts_with("You answered:"), "{agent:?}");
 }

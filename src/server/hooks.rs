@@ -33,6 +33,12 @@ pub enum Point {
     /// Before a server looks at an answer another server offers it (issue 13); the key is the
     /// pending id.
     AcceptOffer,
+    /// Before the session worker takes a streamed chunk of the agent's reply; the key is the
+    /// session id.
+    StreamChunk,
+    /// A new question arrived and waits for the worker to take what the agent sent before it
+    /// (`worker::sync`); the key is the session id.
+    AskSync,
 }
 
 impl Point {
@@ -45,6 +51,8 @@ impl Point {
             Point::Finalize => "finalize",
             Point::Dispatch => "dispatch",
             Point::AcceptOffer => "accept-offer",
+            Point::StreamChunk => "stream-chunk",
+            Point::AskSync => "ask-sync",
         }
     }
 }

@@ -35,6 +35,10 @@ pub enum Command {
     Cancel,
     /// Stop the agent if it is idle: another session needs its slot (`--max-agents`).
     Release,
+    /// Take every agent event already queued, then reply (`worker::sync`).
+    Sync {
+        reply: oneshot::Sender<()>,
+    },
     /// Issue 13: another server runs this session now (it took it over while this server was
     /// out of touch): stop the agent and the worker without touching what the new owner
     /// recovered (its permission requests stay).

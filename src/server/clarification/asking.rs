@@ -55,6 +55,8 @@ where
             id
         }
         Ok(None) => {
+            // The reply the agent sent before asking ends before the question (stream.rs).
+            crate::server::orchestrator::worker::sync(state, &session.id).await;
             let id = crate::server::repo::new_id();
             state.runtime.waiters.put(&id, tx);
             match write(state, session, &ask, &id).await {

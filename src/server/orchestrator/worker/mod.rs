@@ -90,6 +90,32 @@ pub fn stop_all(state: &AppState) {
     }
 }
 
+/// Waits (up to a second) until the session's worker has taken every agent event already
+/// delivered to it. The agent's `ask_user_question` comes over MCP while its reply's last
+/// chunks may still wait in the worker's queue (ACP): taken first, they stay in the reply
+/// before the question instead of starting the one after it.
+pub async fn sync(state: &AppState, session_id: &str) {
+    state
+        .hooks
+        .run(crate::server::hooks::Point::AskSync, session_id)
+        .await;
+    let handle = state
+        .runtime
+        .workers
+        .lock()
+        .expect("workers lock")
+        .get(session_id)
+        .filter(|h| h.is_alive())
+        .cloned();
+    let Some(h) = handle else {
+        return;
+    };
+    let (reply, done) = tokio::sync::oneshot::channel();
+    if h.send(Command::Sync { reply }).is_ok() {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), done).await;
+    }
+}
+
 /// Issue 13: stops the worker of `session_id` (and its agent) because another server runs the
 /// session now; what that server recovered is left alone.
 pub fn fence(state: &AppState, session_id: &str) {
@@ -229,17 +255,7 @@ impl Worker {
                 },
                 event = next_event(&mut self.events) => {
                     self.busy.fetch_add(1, Ordering::SeqCst);
-                    self.handled.fetch_add(1, Ordering::SeqCst);
-                    // Streamed chunks wait in memory; anything else sees them written first.
-                    if !matches!(event, Some(AgentEvent::Text(_) | AgentEvent::Thought(_))) {
-                        self.flush_stream().await;
-                    }
-                    match event {
-                        Some(e) => self.on_event(e).await,
-                        // The agent's channel closed without `Exited`: treat it as an exit.
-                        None => self.on_event(AgentEvent::Exited("agent connection closed".into())).await,
-                    }
-                    self.count_owed_flush();
+                    self.take_event(event).await;
                     self.busy.fetch_sub(1, Ordering::SeqCst);
                 }
             }
@@ -251,6 +267,23 @@ impl Worker {
         while let Ok(command) = commands.try_recv() {
             reply_stopped(command);
         }
+    }
+
+    async fn take_event(&mut self, event: Option<AgentEvent>) {
+        self.handled.fetch_add(1, Ordering::SeqCst);
+        // Streamed chunks wait in memory; anything else sees them written first.
+        if !matches!(event, Some(AgentEvent::Text(_) | AgentEvent::Thought(_))) {
+            self.flush_stream().await;
+        }
+        match event {
+            Some(e) => self.on_event(e).await,
+            // The agent's channel closed without `Exited`: treat it as an exit.
+            None => {
+                self.on_event(AgentEvent::Exited("agent connection closed".into()))
+                    .await
+            }
+        }
+        self.count_owed_flush();
     }
 
     /// A streamed chunk waiting in memory is work: the worker counts as busy until it is
@@ -300,6 +333,13 @@ impl Worker {
                     self.cancel_permissions().await;
                 }
             }
+            Command::Sync { reply } => {
+                // What the agent sent before this point is taken first (`sync`).
+                while let Some(event) = self.events.as_mut().and_then(|rx| rx.try_recv().ok()) {
+                    self.take_event(Some(event)).await;
+                }
+                let _ = reply.send(());
+            }
             Command::Fence => {
                 tracing::warn!(session_id = %self.session_id, "another server runs this session now; stopping its agent here");
                 self.fenced = true;
@@ -327,6 +367,9 @@ fn reply_stopped(command: Command) {
         }
         Command::Retry { reply } => {
             let _ = reply.send(Err(stopped()));
+        }
+        Command::Sync { reply } => {
+            let _ = reply.send(());
         }
         Command::DeliverOwed | Command::Cancel | Command::Release | Command::Fence => {}
     }

@@ -95,6 +95,10 @@ impl Worker {
         kind: MessageKind,
         chunk: String,
     ) -> Result<(), AppError> {
+        self.state
+            .hooks
+            .run(crate::server::hooks::Point::StreamChunk, &self.session_id)
+            .await;
         let mark = self.state.runtime.counters.foreign_rows(&self.session_id);
         if let Chunk::New(content) = self.stream.push(kind, &chunk, mark, Instant::now()) {
             // Replies that just ended are written before the new one begins.
