@@ -99,21 +99,25 @@ pub async fn sync(state: &AppState, session_id: &str) {
         .hooks
         .run(crate::server::hooks::Point::AskSync, session_id)
         .await;
-    let handle = state
-        .runtime
-        .workers
-        .lock()
-        .expect("workers lock")
-        .get(session_id)
-        .filter(|h| h.is_alive())
-        .cloned();
-    let Some(h) = handle else {
+    let Some(h) = running(state, session_id) else {
         return;
     };
     let (reply, done) = tokio::sync::oneshot::channel();
     if h.send(Command::Sync { reply }).is_ok() {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), done).await;
     }
+}
+
+/// The running worker of `session_id`, if any (never starts one).
+fn running(state: &AppState, session_id: &str) -> Option<SessionHandle> {
+    state
+        .runtime
+        .workers
+        .lock()
+        .expect("workers lock")
+        .get(session_id)
+        .filter(|h| h.is_alive())
+        .cloned()
 }
 
 /// Issue 13: stops the worker of `session_id` (and its agent) because another server runs the
@@ -134,14 +138,7 @@ pub fn fence(state: &AppState, session_id: &str) {
 
 /// Asks the worker of `session_id`, if it runs, to stop its idle agent.
 fn release(state: &AppState, session_id: &str) {
-    let handle = state
-        .runtime
-        .workers
-        .lock()
-        .expect("workers lock")
-        .get(session_id)
-        .cloned();
-    if let Some(h) = handle {
+    if let Some(h) = running(state, session_id) {
         let _ = h.send(Command::Release);
     }
 }
