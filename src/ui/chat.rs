@@ -141,7 +141,15 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
                         "The agent's question expired: its session ended."
                     </p>
                 })}
-                <ActionForm action=send attr:class="composer">
+                <form
+                    class="composer"
+                    method="post"
+                    action={<SendPrompt as leptos::server_fn::ServerFn>::url()}
+                    on:submit=move |e| {
+                        let field = crate::ui::form::take_submission(&e);
+                        send.dispatch(SendPrompt { session_id: field("session_id"), content: field("content") });
+                    }
+                >
                     <input type="hidden" name="session_id" prop:value=move || session.get().unwrap_or_default() />
                     <textarea
                         name="content"
@@ -162,7 +170,7 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
                         }
                     ></textarea>
                     <button type="submit" data-testid="prompt-send">"Send"</button>
-                </ActionForm>
+                </form>
                 {move || send.value().get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
             </Show>
         </div>

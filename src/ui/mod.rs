@@ -6,6 +6,7 @@ pub mod board;
 pub mod chat;
 pub mod clarification;
 pub mod drawer;
+pub mod form;
 pub mod live;
 pub mod load;
 pub mod nav;

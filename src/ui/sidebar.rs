@@ -39,11 +39,19 @@ pub fn Sidebar() -> impl IntoView {
             <header class="sidebar-head">
                 <a class="brand" href="/">"Turnstile"</a>
             </header>
-            <ActionForm action=create attr:class="new-task">
+            <form
+                class="new-task"
+                method="post"
+                action={<CreateTask as leptos::server_fn::ServerFn>::url()}
+                on:submit=move |e| {
+                    let field = crate::ui::form::take_submission(&e);
+                    create.dispatch(CreateTask { title: field("title"), prompt: field("prompt") });
+                }
+            >
                 <input name="title" placeholder="New task title" aria-label="Task title" required maxlength=crate::model::limits::TITLE_CHARS />
                 <input name="prompt" placeholder="First prompt for the agent (optional)" aria-label="First prompt" />
                 <button type="submit" data-testid="new-task-submit">"Create task"</button>
-            </ActionForm>
+            </form>
             {move || create.value().get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
             <TaskList />
             <footer class="sidebar-foot">
