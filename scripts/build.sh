@@ -19,14 +19,25 @@ wasm_dir=$([ "$profile" = release ] && echo wasm-release || echo debug)
 
 cd "$ROOT"
 log "building the browser bundle ($profile)"
-cargo build --lib --target wasm32-unknown-unknown --no-default-features --features hydrate \
-  --target-dir target/front "${wasm_profile[@]}"
-mkdir -p "$SITE_ROOT/pkg"
-wasm-bindgen --target web --no-typescript --out-dir "$SITE_ROOT/pkg" --out-name "$APP_NAME" \
-  "target/front/wasm32-unknown-unknown/$wasm_dir/$APP_NAME.wasm"
+# --emit-relocs keeps the relocations wasm-split needs to move each page into its own chunk
+# (docs/decisions/0013-browser-bundle-size.md); only the final link gets it.
+cargo rustc --lib --crate-type cdylib --target wasm32-unknown-unknown --no-default-features \
+  --features hydrate --target-dir target/front "${wasm_profile[@]}" -- -C link-arg=--emit-relocs
+split_dir=target/front/split
+rm -rf "$split_dir" "$SITE_ROOT/pkg"
+mkdir -p "$split_dir" "$SITE_ROOT/pkg"
+wasm-split-cli "target/front/wasm32-unknown-unknown/$wasm_dir/$APP_NAME.wasm" "$split_dir" \
+  --target web --out-name "$APP_NAME"
+# The main module keeps the exports the chunks link against (as cargo-leptos --split does).
+wasm-bindgen --target web --no-typescript --keep-lld-exports --out-dir "$SITE_ROOT/pkg" \
+  --out-name "$APP_NAME" "$split_dir/$APP_NAME.wasm"
+find "$split_dir" -maxdepth 1 -type f ! -name "$APP_NAME.wasm" -exec cp {} "$SITE_ROOT/pkg/" \;
 if [ "$profile" = release ] && [ -x end2end/node_modules/.bin/wasm-opt ]; then
   # binaryen from npm; never Debian's binaryen 108 (breaks hydration, see design/toolchain.md).
-  end2end/node_modules/.bin/wasm-opt -Oz "$SITE_ROOT/pkg/${APP_NAME}_bg.wasm" -o "$SITE_ROOT/pkg/${APP_NAME}_bg.wasm"
+  # After splitting, each module on its own (optimizing first would drop the relocations).
+  for wasm in "$SITE_ROOT/pkg/"*.wasm; do
+    end2end/node_modules/.bin/wasm-opt -Oz "$wasm" -o "$wasm"
+  done
 fi
 cp style/main.css "$SITE_ROOT/pkg/$APP_NAME.css"
 cp -r public/. "$SITE_ROOT/"

@@ -41,6 +41,13 @@ if ! command -v wasm-bindgen >/dev/null || [ "$(wasm-bindgen --version | awk '{p
   cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force
 fi
 
+if ! command -v wasm-split-cli >/dev/null \
+   || ! grep -qs "wasm_split_cli_support $WASM_SPLIT_VERSION " "$HOME/.cargo/.crates.toml"; then
+  log "installing wasm-split-cli $WASM_SPLIT_VERSION (2–4 min the first time)"
+  cargo install wasm_split_cli_support --version "$WASM_SPLIT_VERSION" --locked \
+    --features build-binary --force
+fi
+
 if [ "$want_cargo_leptos" = 1 ] && ! command -v cargo-leptos >/dev/null; then
   log "installing cargo-leptos 0.3.7 without downloads (40–60 min the first time)"
   cargo install cargo-leptos --version 0.3.7 --locked --features no_downloads

@@ -1,7 +1,7 @@
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{Route, Router, Routes};
-use leptos_router::{SsrMode, path};
+use leptos_router::{Lazy, LazyRoute, SsrMode, lazy_route, path};
 
 use crate::ui::board::Board;
 use crate::ui::drawer::MobileBar;
@@ -79,13 +79,56 @@ pub fn App() -> impl IntoView {
                         <ConnectionStatus />
                     </div>
                     <Routes fallback=|| view! { <p class="empty">"Not found."</p> }>
-                        <Route path=path!("/") view=Board ssr=SsrMode::Async />
-                        <Route path=path!("/t/:task_id") view=TaskPage ssr=SsrMode::Async />
-                        <Route path=path!("/settings") view=Settings ssr=SsrMode::Async />
+                        <Route path=path!("/") view={Lazy::<BoardPage>::new()} ssr=SsrMode::Async />
+                        <Route path=path!("/t/:task_id") view={Lazy::<TaskRoute>::new()} ssr=SsrMode::Async />
+                        <Route path=path!("/settings") view={Lazy::<SettingsPage>::new()} ssr=SsrMode::Async />
                     </Routes>
                 </main>
             </div>
         </Router>
+    }
+}
+
+// Each page is its own wasm chunk, fetched the first time its route is shown (before hydration
+// when the server rendered it); the shell (sidebar, live channel, drawer) is in the main module
+// (B7, docs/decisions/0013-browser-bundle-size.md). The pages load their data themselves.
+
+struct BoardPage;
+
+#[lazy_route]
+impl LazyRoute for BoardPage {
+    fn data() -> Self {
+        Self
+    }
+
+    fn view(_this: Self) -> AnyView {
+        view! { <Board /> }.into_any()
+    }
+}
+
+struct TaskRoute;
+
+#[lazy_route]
+impl LazyRoute for TaskRoute {
+    fn data() -> Self {
+        Self
+    }
+
+    fn view(_this: Self) -> AnyView {
+        view! { <TaskPage /> }.into_any()
+    }
+}
+
+struct SettingsPage;
+
+#[lazy_route]
+impl LazyRoute for SettingsPage {
+    fn data() -> Self {
+        Self
+    }
+
+    fn view(_this: Self) -> AnyView {
+        view! { <Settings /> }.into_any()
     }
 }
 

@@ -19,5 +19,5 @@ pub mod ui;
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {
     console_error_panic_hook::set_once();
-    leptos::mount::hydrate_body(app::App);
+    leptos::mount::hydrate_lazy(app::App);
 }

@@ -94,6 +94,13 @@ pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
                 header::REFERRER_POLICY,
                 HeaderValue::from_static("same-origin"),
             ))
+            // Every answer revalidates before reuse (files answer 304 when unchanged), so the
+            // main wasm module and its page chunks always come from one build (B7; split
+            // builds are not interchangeable, docs/decisions/0013-browser-bundle-size.md).
+            .layer(SetResponseHeaderLayer::if_not_present(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("no-cache"),
+            ))
             .layer(axum::middleware::from_fn(front_door::default_csp))
             .layer(axum::middleware::from_fn(front_door::check_origin))
             .layer(axum::middleware::from_fn_with_state(

@@ -1,0 +1,36 @@
+import { expect, test } from "../../helpers/fixtures";
+import { Api, ready } from "../../helpers/api";
+
+// B7 (docs/decisions/0013-browser-bundle-size.md): the shell is one wasm module; each page's
+// code is its own chunk, fetched the first time that page is shown. Every file of a build
+// revalidates on each load (Cache-Control: no-cache), so a browser never mixes two builds.
+test("B7: each page's code is its own chunk, fetched when the page is first shown", async ({ page, request }) => {
+  const task = await new Api(request).createTask(`Chunk task ${Date.now()}`, { prompt: "/e2e:simple-message" });
+  const wasm: string[] = [];
+  const caching: (string | undefined)[] = [];
+  page.on("response", (r) => {
+    const name = new URL(r.url()).pathname.split("/").pop() ?? "";
+    if (name.endsWith(".wasm")) {
+      wasm.push(name);
+      caching.push(r.headers()["cache-control"]);
+    }
+  });
+
+  await page.goto("/");
+  await ready(page);
+  await expect(page.getByTestId("board-column").first()).toBeVisible();
+  expect(wasm).toContain("turnstile_bg.wasm");
+  expect(wasm.some((n) => n.startsWith("split___board_page_view"))).toBe(true);
+  expect(wasm.some((n) => n.startsWith("split___task_route_view"))).toBe(false);
+  expect(wasm.some((n) => n.startsWith("split___settings_page_view"))).toBe(false);
+
+  // Navigating in the page fetches the task page's chunk, then the page works.
+  await page.locator(`[data-testid="sidebar-task-item"][data-task-id="${task.id}"]`).click();
+  await expect(page).toHaveURL(new RegExp(`/t/${task.id}$`));
+  await expect(page.getByTestId("chat-panel")).toBeVisible();
+  await expect(page.getByTestId("prompt-input")).toBeVisible();
+  expect(wasm.some((n) => n.startsWith("split___task_route_view"))).toBe(true);
+  expect(wasm.some((n) => n.startsWith("split___settings_page_view"))).toBe(false);
+  expect(caching.length).toBeGreaterThan(1);
+  for (const c of caching) expect(c).toBe("no-cache");
+});
