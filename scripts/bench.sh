@@ -46,30 +46,37 @@ import gzip, json, pathlib, re, sys
 pkg, app = pathlib.Path(sys.argv[1]), sys.argv[2]
 gz = lambda f: len(gzip.compress((pkg / f).read_bytes(), 9))
 main = gz(f"{app}_bg.wasm")
+# The split loader lists, above each shared chunk, the split points that need it.
 loader = (pkg / "__wasm_split.js").read_text()
-shared = {f"chunk_{n}.wasm": users.split(", ")
-          for users, n in re.findall(r"/\* ([^*]*) \*/\s*const __chunk_(\d+)", loader)}
-pages = {}
-for split in sorted(pkg.glob("split_*.wasm")):
-    name = re.sub(r"^split___|_view_\d+\.wasm$", "", split.name)
-    point = split.name[len("split_"):-len(".wasm")]
-    needs = [c for c, users in shared.items() if point in users]
-    pages[name] = {"chunk_gzip_bytes": gz(split.name),
-                   "first_load_gzip_bytes": main + gz(split.name) + sum(gz(c) for c in needs)}
-total = main + sum(gz(f.name) for f in pkg.glob("*.wasm") if f.name != f"{app}_bg.wasm")
+users = {f"chunk_{n}.wasm": names.split(", ")
+         for names, n in re.findall(r"/\* ([^*]*) \*/\s*const __chunk_(\d+)", loader)}
+points = {re.sub(r"^__|_view$", "", re.sub(r"_\d+$", "", f.stem[len("split_"):])):
+          (f.name, f.stem[len("split_"):]) for f in pkg.glob("split_*.wasm")}
+def first_load(*names):
+    files = set()
+    for n in names:
+        file, point = points[n]
+        files |= {file} | {c for c, u in users.items() if point in u}
+    return main + sum(gz(f) for f in files)
 target = 409600
-heaviest = max(p["first_load_gzip_bytes"] for p in pages.values())
-print(json.dumps({"main_gzip_bytes": main, "pages": pages, "all_modules_gzip_bytes": total,
-                  "heaviest_first_load_gzip_bytes": heaviest, "target_gzip_bytes": target,
-                  "pass": heaviest <= target}))
+pages = {n: first_load(n) for n in points if n.endswith("_page") or n.endswith("_route")}
+on_demand = {f"task_route + {n}": first_load("task_route", n)
+             for n in points if n.endswith("_chunk")}
+total = sum(gz(f.name) for f in pkg.glob("*.wasm"))
+print(json.dumps({"main_gzip_bytes": main, "pages_first_load_gzip_bytes": pages,
+                  "with_on_demand_parts_gzip_bytes": on_demand, "all_modules_gzip_bytes": total,
+                  "target_gzip_bytes": target, "pass": max(pages.values()) <= target}))
 PY
 python3 - "$out/B7.json" <<'PY'
 import json, sys
 b = json.load(open(sys.argv[1]))
 kb = lambda n: f"{n / 1024:.0f} KB"
-print(f"| B7 | shell module | gzip {kb(b['main_gzip_bytes'])} | all modules {kb(b['all_modules_gzip_bytes'])} | target ≤ 400 KB per first load |")
-for name, p in b["pages"].items():
-    print(f"| B7 | first load of {name} | gzip {kb(p['first_load_gzip_bytes'])} | its chunk {kb(p['chunk_gzip_bytes'])} | {'✓' if p['first_load_gzip_bytes'] <= b['target_gzip_bytes'] else '✗'} |")
+ok = lambda n: "✓" if n <= b["target_gzip_bytes"] else "✗"
+print(f"| B7 | shell module | gzip {kb(b['main_gzip_bytes'])} | all modules {kb(b['all_modules_gzip_bytes'])} | ≤ 400 KB per page's first load |")
+for name, n in b["pages_first_load_gzip_bytes"].items():
+    print(f"| B7 | first load of {name} | gzip {kb(n)} | | {ok(n)} |")
+for name, n in b["with_on_demand_parts_gzip_bytes"].items():
+    print(f"| B7 | {name} (fetched when shown) | gzip {kb(n)} | | report |")
 PY
 
 python3 - "$out" <<'PY'

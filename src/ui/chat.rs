@@ -7,10 +7,10 @@ use leptos::prelude::*;
 use crate::api::transcript::{SendPrompt, active_question, pending_permission, session_messages};
 use crate::client::store::Transcript;
 use crate::model::{Message, MessageAuthor, MessageKind, MessagePage};
-use crate::ui::clarification::Overlay;
+use crate::ui::clarification::overlay_chunk;
 use crate::ui::live::Live;
 use crate::ui::load::load_latest;
-use crate::ui::permission::PermissionPrompt;
+use crate::ui::permission::permission_chunk;
 
 #[component]
 pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
@@ -134,8 +134,8 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
                         }
                     })}
                 </Suspense>
-                {move || shown_permission.get().map(|p| view! { <PermissionPrompt permission=p /> })}
-                {move || shown_question.get().map(|bundle| view! { <Overlay bundle /> })}
+                {move || shown_permission.get().map(|p| Suspend::new(permission_chunk(p)))}
+                {move || shown_question.get().map(|bundle| Suspend::new(overlay_chunk(bundle)))}
                 {move || live.expired.get().map(|_| view! {
                     <p class="notice" data-testid="clarification-expired-notice" role="status">
                         "The agent's question expired: its session ended."

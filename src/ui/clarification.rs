@@ -69,6 +69,14 @@ fn describe(r: &Response) -> String {
         .join("; ")
 }
 
+/// The overlay's code is its own wasm chunk, fetched the first time a question is shown (B7,
+/// docs/decisions/0013-browser-bundle-size.md). Questions load after hydration, so the server
+/// never renders it.
+#[lazy]
+pub fn overlay_chunk(bundle: Bundle) -> AnyView {
+    view! { <Overlay bundle /> }.into_any()
+}
+
 #[component]
 pub fn Overlay(bundle: Bundle) -> impl IntoView {
     let collapsed = RwSignal::new(false);

@@ -6,6 +6,13 @@ use leptos::prelude::*;
 use crate::api::transcript::{PermissionAnswered, answer_permission};
 use crate::model::Permission;
 
+/// The prompt's code is its own wasm chunk, fetched the first time a request is shown (B7).
+/// Requests load after hydration, so the server never renders it.
+#[lazy]
+pub fn permission_chunk(permission: Permission) -> AnyView {
+    view! { <PermissionPrompt permission /> }.into_any()
+}
+
 #[component]
 pub fn PermissionPrompt(permission: Permission) -> impl IntoView {
     let id = permission.id.clone();

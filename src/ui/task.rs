@@ -201,9 +201,7 @@ fn SessionTabs(
                     "Cancel turn"
                 </button>
             </div>
-            <Show when=move || adding.get()>
-                <NewSession task_id on_started=move || adding.set(false) />
-            </Show>
+            {move || adding.get().then(|| Suspend::new(new_session_chunk(task_id, adding)))}
         </div>
     }
 }
@@ -230,6 +228,12 @@ fn SessionTab(s: Session, task_id: Memo<String>, selected: Memo<Option<String>>)
             <span class="session-state">{session_label(&s)}</span>
         </a>
     }
+}
+
+/// The new-session form's code is its own wasm chunk, fetched when it is first opened (B7).
+#[lazy]
+fn new_session_chunk(task_id: Memo<String>, adding: RwSignal<bool>) -> AnyView {
+    view! { <NewSession task_id on_started=move || adding.set(false) /> }.into_any()
 }
 
 #[component]

@@ -31,6 +31,12 @@ test("B7: each page's code is its own chunk, fetched when the page is first show
   await expect(page.getByTestId("prompt-input")).toBeVisible();
   expect(wasm.some((n) => n.startsWith("split___task_route_view"))).toBe(true);
   expect(wasm.some((n) => n.startsWith("split___settings_page_view"))).toBe(false);
+  // Parts shown on demand come when they are shown: no question, no overlay code.
+  expect(wasm.some((n) => n.startsWith("split_overlay_chunk"))).toBe(false);
+  expect(wasm.some((n) => n.startsWith("split_new_session_chunk"))).toBe(false);
+  await page.getByTestId("session-new").click();
+  await expect(page.getByTestId("session-new-start")).toBeVisible();
+  expect(wasm.some((n) => n.startsWith("split_new_session_chunk"))).toBe(true);
   expect(caching.length).toBeGreaterThan(1);
   for (const c of caching) expect(c).toBe("no-cache");
 });
