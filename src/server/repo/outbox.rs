@@ -13,6 +13,11 @@ use super::{
 };
 use crate::server::time::Micros;
 
+/// An answer's delivery is recorded (L18): written in the same transaction as whatever hands the
+/// answer on — an owed resume turn, or an accepted hand-over to the agent's server.
+const DELIVERY_RECORDED: &str =
+    "UPDATE clarification_bundles SET delivery_pending = FALSE WHERE pending_id = $1";
+
 #[async_trait]
 pub trait OutboxStore: Send + Sync {
     /// L19: a resume turn that is not authoritative until attempted or referenced.
@@ -229,12 +234,10 @@ where
         .fetch_optional(&mut *tx)
         .await?;
         if turn.is_some() {
-            sqlx::query::<DB>(
-                "UPDATE clarification_bundles SET delivery_pending = FALSE WHERE pending_id = $1",
-            )
-            .bind(pending_id)
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query::<DB>(DELIVERY_RECORDED)
+                .bind(pending_id)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
         }
         Ok(turn)
@@ -296,12 +299,10 @@ where
         if done.rows_affected() == 0 {
             return Ok(false);
         }
-        sqlx::query::<DB>(
-            "UPDATE clarification_bundles SET delivery_pending = FALSE WHERE pending_id = $1",
-        )
-        .bind(pending_id)
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query::<DB>(DELIVERY_RECORDED)
+            .bind(pending_id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(true)
     }
