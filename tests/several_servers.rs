@@ -47,12 +47,22 @@ mod on_postgres {
         n6_a_permission_answered_on_another_server_reaches_the_waiting_agent,
         n_a_server_whose_session_was_taken_over_stops_its_agent,
         n_a_server_cut_off_from_the_database_stops_its_agents,
+        n_a_lone_server_cut_off_from_the_database_keeps_its_agents,
     );
 }
 
 /// Server `name` on the database (each its own server id).
 async fn server(url: &str, name: &str) -> TestServer {
     TestServer::start_with(url, |c| c.server_id = name.to_string()).await
+}
+
+/// Server `name` whose heartbeat, fencing and take-over follow a TTL of `ttl_ms`.
+async fn server_with_ttl(url: &str, name: &str, ttl_ms: u64) -> TestServer {
+    TestServer::start_with(url, |c| {
+        c.server_id = name.to_string();
+        c.server_ttl = std::time::Duration::from_millis(ttl_ms);
+    })
+    .await
 }
 
 async fn resynced(server: &TestServer) -> Socket {
@@ -499,11 +509,7 @@ async fn l9_a_killed_servers_question_is_taken_over_and_answered_once(url: Strin
     let a =
         support::BinaryServer::spawn(&url, &data, &["--server-id", "a", "--server-ttl", "2"], &[])
             .await;
-    let b = TestServer::start_with(&url, |c| {
-        c.server_id = "b".into();
-        c.server_ttl = std::time::Duration::from_secs(2);
-    })
-    .await;
+    let b = server_with_ttl(&url, "b", 2_000).await;
     let (_, session) = a.api.start_task("/e2e:clarification").await;
     let pending = a.api.pending_id(&session).await;
     let (permitting_task, permitting) = a.api.start_task("/e2e:permission").await;
@@ -761,11 +767,7 @@ async fn n6_a_permission_answered_on_another_server_reaches_the_waiting_agent(ur
 
 /// A with a short TTL, one session whose agent runs on A (idle after its first turn).
 async fn session_running_on(url: &str, ttl_ms: u64) -> (TestServer, String) {
-    let a = TestServer::start_with(url, |c| {
-        c.server_id = "a".into();
-        c.server_ttl = std::time::Duration::from_millis(ttl_ms);
-    })
-    .await;
+    let a = server_with_ttl(url, "a", ttl_ms).await;
     let api_a = Api::new(&a.base);
     let (_, session) = api_a.start_task("hello").await;
     api_a.wait_turns_done(&session, 1).await;
@@ -800,36 +802,14 @@ async fn n_a_server_whose_session_was_taken_over_stops_its_agent(url: String) {
 /// over, A stops their agents itself (a server that was alone keeps them: nobody would take
 /// over). Back in touch, the next prompt relaunches the agent on A (`session/load`).
 async fn n_a_server_cut_off_from_the_database_stops_its_agents(url: String) {
-    let b = TestServer::start_with(&url, |c| {
-        c.server_id = "b".into();
-        c.server_ttl = std::time::Duration::from_millis(1_500);
-    })
-    .await;
+    let b = server_with_ttl(&url, "b", 1_500).await;
     let (a, session) = session_running_on(&url, 1_500).await;
-    let admin = std::env::var("TEST_POSTGRES_URL").unwrap();
-    let database = url.rsplit('/').next().unwrap().split('?').next().unwrap();
-    support::raw_exec(
-        &admin,
-        &format!("ALTER DATABASE {database} ALLOW_CONNECTIONS false"),
-    )
-    .await;
-    support::raw_exec(
-        &admin,
-        &format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = '{database}' AND pid <> pg_backend_pid()"
-        ),
-    )
-    .await;
+    let cut = CutOff::start(&url).await;
     support::until("A to stop its agent while cut off", async || {
         a.state.runtime.agents.count() == 0
     })
     .await;
-    support::raw_exec(
-        &admin,
-        &format!("ALTER DATABASE {database} ALLOW_CONNECTIONS true"),
-    )
-    .await;
+    cut.end().await;
     let api_a = Api::new(&a.base);
     let (status, body) = api_a
         .post(
@@ -843,4 +823,85 @@ async fn n_a_server_cut_off_from_the_database_stops_its_agents(url: String) {
     assert_eq!(b.state.runtime.agents.count(), 0);
     a.stop().await;
     b.stop().await;
+}
+
+/// The same cut-off with A alone: nobody could take its sessions over, so A keeps their
+/// agents however long it is out of touch (stopping them would only interrupt the user's
+/// agents for nothing). Seen after a failed heartbeat past the fence time.
+async fn n_a_lone_server_cut_off_from_the_database_keeps_its_agents(url: String) {
+    use turnstile::server::hooks::Point;
+    let (a, session) = session_running_on(&url, 1_500).await;
+    let past_fence = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = past_fence.clone();
+    a.state.hooks.set(Point::HeartbeatFailed, move |key| {
+        if key == "past-fence" {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        async {}
+    });
+    let cut = CutOff::start(&url).await;
+    support::until("a failed heartbeat past the fence time", async || {
+        past_fence.load(std::sync::atomic::Ordering::SeqCst) > 0
+    })
+    .await;
+    assert_eq!(
+        a.state.runtime.agents.count(),
+        1,
+        "the lone server kept its agent"
+    );
+    assert_eq!(a.state.runtime.owned.keys(), vec![session.clone()]);
+    cut.end().await;
+    let api_a = Api::new(&a.base);
+    let (status, body) = api_a
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "again" }),
+        )
+        .await;
+    assert!(status.is_success(), "{status} {body}");
+    api_a.wait_turns_done(&session, 2).await;
+    assert_eq!(a.state.runtime.agents.count(), 1);
+    a.stop().await;
+}
+
+/// The test database refuses connections and its open ones are ended, until [`CutOff::end`].
+struct CutOff {
+    admin: String,
+    database: String,
+}
+
+impl CutOff {
+    async fn start(url: &str) -> Self {
+        let admin = std::env::var("TEST_POSTGRES_URL").unwrap();
+        let database = url
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .split('?')
+            .next()
+            .unwrap()
+            .to_string();
+        support::raw_exec(
+            &admin,
+            &format!("ALTER DATABASE {database} ALLOW_CONNECTIONS false"),
+        )
+        .await;
+        support::raw_exec(
+            &admin,
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = '{database}' AND pid <> pg_backend_pid()"
+            ),
+        )
+        .await;
+        CutOff { admin, database }
+    }
+
+    async fn end(self) {
+        support::raw_exec(
+            &self.admin,
+            &format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", self.database),
+        )
+        .await;
+    }
 }

@@ -39,6 +39,10 @@ pub enum Point {
     /// A new question arrived and waits for the worker to take what the agent sent before it
     /// (`worker::sync`); the key is the session id.
     AskSync,
+    /// This server could not record its heartbeat and has decided whether to stop its agents
+    /// (issue 13, `lease`); the key is `past-fence` once the fence time has passed, else
+    /// `before-fence`.
+    HeartbeatFailed,
 }
 
 impl Point {
@@ -53,6 +57,7 @@ impl Point {
             Point::AcceptOffer => "accept-offer",
             Point::StreamChunk => "stream-chunk",
             Point::AskSync => "ask-sync",
+            Point::HeartbeatFailed => "heartbeat-failed",
         }
     }
 }

@@ -8,7 +8,7 @@ use leptos::prelude::*;
 
 use crate::server::clarification::{recovery, takeover};
 use crate::server::events;
-use crate::server::hooks::Hooks;
+use crate::server::hooks::{Hooks, Point};
 use crate::server::orchestrator::{lease, worker, workflow};
 use crate::server::repo::{
     Backend, NewAgentProfile, NewWorkflow, NewWorkflowStep, RepoResult, Repository,
@@ -175,8 +175,9 @@ fn spawn_heartbeat(state: &AppState) {
     tokio::spawn(async move {
         let every = state.runtime.config.server_ttl / 3;
         let mut last_beat = tokio::time::Instant::now();
-        // Whether another server could take this one's sessions over (seen at the last beat).
-        let mut not_alone = true;
+        // Whether another server could take this one's sessions over, as seen at the last
+        // beat (the first: the one start-up recorded just before).
+        let mut not_alone = others_alive(&state, state.clock.now()).await;
         loop {
             tokio::select! {
                 _ = state.shutdown.cancelled() => return,
@@ -191,19 +192,21 @@ fn spawn_heartbeat(state: &AppState) {
             };
             if let Err(e) = beat {
                 tracing::warn!(error = %e, "cannot record this server's heartbeat");
-                if not_alone
-                    && last_beat.elapsed() >= lease::fence_after(state.runtime.config.server_ttl)
-                {
+                let past_fence =
+                    last_beat.elapsed() >= lease::fence_after(state.runtime.config.server_ttl);
+                if not_alone && past_fence {
                     lease::fence_all(&state);
                 }
+                let key = if past_fence {
+                    "past-fence"
+                } else {
+                    "before-fence"
+                };
+                state.hooks.run(Point::HeartbeatFailed, key).await;
                 continue;
             }
             last_beat = tokio::time::Instant::now();
-            let since = now - ttl_micros(&state.runtime.config);
-            not_alone = !matches!(
-                state.repo.other_live_servers(server, since).await,
-                Ok(others) if others.is_empty()
-            );
+            not_alone = others_alive(&state, now).await;
             lease::fence_lost(&state).await;
             let dead_before = now - ttl_micros(&state.runtime.config);
             if let Err(e) = takeover::take_over_dead(&state, dead_before).await {
@@ -211,6 +214,16 @@ fn spawn_heartbeat(state: &AppState) {
             }
         }
     });
+}
+
+/// Whether another server beat within the TTL before `now` (so it could take this server's
+/// sessions over). Unknown counts as not alone: the safe side is to stop the agents.
+async fn others_alive(state: &AppState, now: crate::server::time::Micros) -> bool {
+    let since = now - ttl_micros(&state.runtime.config);
+    !matches!(
+        state.repo.other_live_servers(&state.runtime.config.server_id, since).await,
+        Ok(others) if others.is_empty()
+    )
 }
 
 /// Begins a shutdown: open MCP streams and sockets are released and every agent process is
