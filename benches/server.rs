@@ -2,8 +2,8 @@
 //! embedded default), each beside its same-run baseline.
 //!
 //! - B6: resident memory (VmRSS) of the server after start-up, one task list and one page,
-//!   with N tasks × 3 sessions, against the same with an empty database; and while B4's
-//!   clients are connected.
+//!   with N tasks × 3 sessions, against the same with an empty database; while B4's clients
+//!   are connected; and after 10,000 more round trips (1,000 with `--quick`) against after B3's.
 //! - B3: 50 agents (the mock, as processes) ask over MCP; a WebSocket listener answers each
 //!   question over REST; a round trip ends when the agent has the answer and ends its turn.
 //!   Against one agent doing the same.
@@ -205,30 +205,59 @@ async fn fan_out(server: &Server, k: usize) -> (Vec<Duration>, Vec<Duration>) {
 /// The question of B3's round trips: one question, two options.
 const ASK: &str = r#"e2e:ask({"questions": [{"id": "q", "prompt": "Go on?", "options": [{"id": "y", "label": "Yes"}, {"id": "n", "label": "No"}]}]})"#;
 
-/// B3: `sessions` agents each ask, are answered over REST and finish their turn, `rounds`
-/// times. Returns round trips per second (first question to last completion) and each
-/// round trip's time from the question's notification to its turn's completion, sorted.
-async fn round_trips(server: &Server, sessions: usize, rounds: usize) -> (f64, Vec<Duration>) {
+/// Which sessions a run of round trips uses.
+enum Sessions {
+    /// This many new tasks whose first prompt asks.
+    New(usize),
+    /// These sessions again (their turns are done): each is sent the asking prompt.
+    Again(Vec<String>),
+}
+
+/// B3: agents each ask, are answered over REST and finish their turn, `rounds` times. Returns
+/// round trips per second (first question to last completion), each round trip's time from
+/// the question's notification to its turn's completion, sorted, and the sessions used.
+async fn round_trips(
+    server: &Server,
+    start: Sessions,
+    rounds: usize,
+) -> (f64, Vec<Duration>, Vec<String>) {
     use std::collections::HashMap;
     let ws = server.base.replacen("http://", "ws://", 1) + "/ws";
     let (mut socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await.unwrap();
     let client = reqwest::Client::new();
     let mut mine: HashMap<String, usize> = HashMap::new(); // session → rounds done
-    for n in 0..sessions {
-        let created: Value = client
-            .post(format!("{}/api/v1/tasks", server.base))
-            .json(&json!({ "title": format!("round trips {n}"), "prompt": ASK }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        mine.insert(
-            created["primary_session_id"].as_str().unwrap().to_string(),
-            0,
-        );
+    match start {
+        Sessions::New(count) => {
+            for n in 0..count {
+                let created: Value = client
+                    .post(format!("{}/api/v1/tasks", server.base))
+                    .json(&json!({ "title": format!("round trips {n}"), "prompt": ASK }))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                mine.insert(
+                    created["primary_session_id"].as_str().unwrap().to_string(),
+                    0,
+                );
+            }
+        }
+        Sessions::Again(sessions) => {
+            for session in sessions {
+                let r = client
+                    .post(format!("{}/api/v1/sessions/{session}/prompt", server.base))
+                    .json(&json!({ "content": ASK }))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200);
+                mine.insert(session, 0);
+            }
+        }
     }
+    let sessions = mine.len();
     let mut asked: HashMap<String, Instant> = HashMap::new();
     let mut times = Vec::with_capacity(sessions * rounds);
     let mut first: Option<Instant> = None;
@@ -301,7 +330,7 @@ async fn round_trips(server: &Server, sessions: usize, rounds: usize) -> (f64, V
     }
     let rate = times.len() as f64 / first.unwrap().elapsed().as_secs_f64();
     times.sort();
-    (rate, times)
+    (rate, times, mine.into_keys().collect())
 }
 
 fn pct(d: &[Duration], p: f64) -> f64 {
@@ -348,8 +377,14 @@ async fn main() {
     let ((many, many_req), b4_rss) = many_task;
     let (one, one_req) = one;
     let rounds = if args.quick { 10 } else { 40 };
-    let (one_rate, one_rt) = round_trips(&server, 1, rounds).await;
-    let (rate, rt) = round_trips(&server, 50, rounds).await;
+    let (one_rate, one_rt, _) = round_trips(&server, Sessions::New(1), rounds).await;
+    let (rate, rt, sessions) = round_trips(&server, Sessions::New(50), rounds).await;
+    // B6 "flat": memory after many more round trips of the same sessions against memory
+    // after B3's.
+    let warm_rss = server.rss_kb();
+    let more_rounds = if args.quick { 20 } else { 200 };
+    let _ = round_trips(&server, Sessions::Again(sessions), more_rounds).await;
+    let after_rss = server.rss_kb();
     drop(server);
 
     let mb = |kb: u64| kb as f64 / 1024.0;
@@ -384,6 +419,13 @@ async fn main() {
         mb(b4_rss),
         mb(idle_rss)
     );
+    println!(
+        "| B6 | RSS after {} more round trips of B3's 50 sessions | {:.1} MB | after B3's {} {:.1} MB | flat (≤ +10%) |",
+        50 * more_rounds,
+        mb(after_rss),
+        50 * rounds + rounds,
+        mb(warm_rss)
+    );
     args.write_json(&json!({
         "B4": { "sqlite": {
             "clients": CLIENTS, "received": many.len(),
@@ -398,7 +440,10 @@ async fn main() {
         }},
         "B6": { "sqlite": {
             "tasks": tasks, "idle_mb": mb(idle_rss), "empty_mb": mb(empty_rss), "under_b4_mb": mb(b4_rss),
-            "pass": mb(idle_rss) < 60.0 && mb(b4_rss) < 150.0,
+            "after_b3_mb": mb(warm_rss), "round_trips_after_b3": 50 * more_rounds,
+            "after_more_round_trips_mb": mb(after_rss),
+            "pass": mb(idle_rss) < 60.0 && mb(b4_rss) < 150.0
+                && mb(after_rss) <= mb(warm_rss) * 1.1,
         }},
     }));
 }
