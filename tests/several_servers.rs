@@ -810,15 +810,7 @@ async fn n_a_server_cut_off_from_the_database_stops_its_agents(url: String) {
     })
     .await;
     cut.end().await;
-    let api_a = Api::new(&a.base);
-    let (status, body) = api_a
-        .post(
-            &format!("/api/v1/sessions/{session}/prompt"),
-            json!({ "content": "again" }),
-        )
-        .await;
-    assert!(status.is_success(), "{status} {body}");
-    api_a.wait_turns_done(&session, 2).await;
+    prompt_again(&a, &session).await;
     assert_eq!(a.state.runtime.agents.count(), 1);
     assert_eq!(b.state.runtime.agents.count(), 0);
     a.stop().await;
@@ -851,17 +843,23 @@ async fn n_a_lone_server_cut_off_from_the_database_keeps_its_agents(url: String)
     );
     assert_eq!(a.state.runtime.owned.keys(), vec![session.clone()]);
     cut.end().await;
-    let api_a = Api::new(&a.base);
-    let (status, body) = api_a
+    prompt_again(&a, &session).await;
+    assert_eq!(a.state.runtime.agents.count(), 1);
+    a.stop().await;
+}
+
+/// Back in touch: the session's next prompt reaches its agent on `server` (relaunched there if
+/// it was stopped) and its second turn completes.
+async fn prompt_again(server: &TestServer, session: &str) {
+    let api = Api::new(&server.base);
+    let (status, body) = api
         .post(
             &format!("/api/v1/sessions/{session}/prompt"),
             json!({ "content": "again" }),
         )
         .await;
     assert!(status.is_success(), "{status} {body}");
-    api_a.wait_turns_done(&session, 2).await;
-    assert_eq!(a.state.runtime.agents.count(), 1);
-    a.stop().await;
+    api.wait_turns_done(session, 2).await;
 }
 
 /// The test database refuses connections and its open ones are ended, until [`CutOff::end`].
