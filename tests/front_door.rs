@@ -263,6 +263,8 @@ async fn pages_forbid_framing_and_run_only_their_own_scripts(url: String) {
         .to_string();
     assert_eq!(r.headers()["x-frame-options"], "DENY");
     assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    // Pages and files revalidate: a browser never mixes two builds' wasm modules (B7).
+    assert_eq!(r.headers()["cache-control"], "no-cache");
     let html = r.text().await.unwrap();
     assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
     assert!(!csp.contains("unsafe-inline'; script") && !csp.contains("script-src 'unsafe-inline'"));
@@ -280,6 +282,7 @@ async fn pages_forbid_framing_and_run_only_their_own_scripts(url: String) {
     let csp = r.headers()["content-security-policy"].to_str().unwrap();
     assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
     assert!(r.headers().contains_key("x-request-id"));
+    assert_eq!(r.headers()["cache-control"], "no-cache");
     server.stop().await;
 }
 
