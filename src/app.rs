@@ -57,13 +57,6 @@ pub fn App() -> impl IntoView {
     crate::ui::drawer::provide_drawer();
     crate::ui::alerts::provide_alerts();
 
-    // Effects only run in the browser, after hydration: the page is interactive from here on.
-    Effect::new(move |_| {
-        if let Some(body) = document().body() {
-            let _ = body.set_attribute("data-hydrated", "true");
-        }
-    });
-
     // SsrMode::Async: the server sends complete HTML (tasks included), so the page works before
     // hydration and without JavaScript.
     view! {

@@ -19,5 +19,16 @@ pub mod ui;
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {
     console_error_panic_hook::set_once();
-    leptos::mount::hydrate_lazy(app::App);
+    // `leptos::mount::hydrate_lazy`, and then: the whole page is interactive, the chunks of
+    // lazy routes included. Only now may the live channel connect (P10: the pages' snapshots
+    // refetch on connect, so they must exist by then).
+    wasm_bindgen_futures::spawn_local(async {
+        let body = leptos::prelude::document()
+            .body()
+            .expect("the page has a body");
+        leptos::mount::hydrate_from_async(body, app::App)
+            .await
+            .forget();
+        ui::live::hydration_done();
+    });
 }

@@ -110,6 +110,9 @@ impl Live {
     }
 }
 
+#[cfg(feature = "hydrate")]
+pub use browser::hydration_done;
+
 /// Provides [`Live`] and, in the browser, connects the socket.
 pub fn provide_live() -> Live {
     let live = Live {
@@ -187,6 +190,31 @@ mod browser {
         frame("subscribe.session", session)
     }
 
+    thread_local! {
+        static HYDRATED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        static WAITING: std::cell::RefCell<Vec<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// The page finished hydrating: mark it and run what waited for it.
+    pub fn hydration_done() {
+        if let Some(body) = document().body() {
+            let _ = body.set_attribute("data-hydrated", "true");
+        }
+        HYDRATED.set(true);
+        for f in WAITING.take() {
+            f();
+        }
+    }
+
+    fn after_hydration(f: impl FnOnce() + 'static) {
+        if HYDRATED.get() {
+            f();
+        } else {
+            WAITING.with_borrow_mut(|w| w.push(Box::new(f)));
+        }
+    }
+
     pub fn start(live: Live) {
         let on_message = move |text: &String| {
             let Ok(envelope) = Envelope::from_json(text) else {
@@ -236,16 +264,13 @@ mod browser {
                 })
                 .on_message(on_message),
         );
-        // Connect only once hydration is over: a push folded into the stores while Suspense
-        // bodies still hydrate would make them differ from the server's HTML. Effects run
-        // after the synchronous hydration; the Suspense bodies (their data is inlined, see
-        // `SsrMode::Async`) finish in microtasks, before this timer fires.
-        Effect::new({
+        // Connect only once the whole page hydrated (`hydration_done`), lazy routes included: a
+        // push folded into the stores while Suspense bodies still hydrate would make them
+        // differ from the server's HTML, and a page whose chunk arrives after the connection
+        // would keep its server-rendered snapshot past the refetch on connect (P10).
+        after_hydration({
             let open = open.clone();
-            move |_| {
-                let open = open.clone();
-                set_timeout(open, Duration::ZERO);
-            }
+            move || set_timeout(open, Duration::ZERO)
         });
         reopen.set_value(Some(Arc::new(open)));
         let send = Arc::new(send);

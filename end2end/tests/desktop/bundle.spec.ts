@@ -26,7 +26,7 @@ test("B7: each page's code is its own chunk, fetched when the page is first show
 
   // Navigating in the page fetches the task page's chunk, then the page works.
   await page.locator(`[data-testid="sidebar-task-item"][data-task-id="${task.id}"]`).click();
-  await expect(page).toHaveURL(new RegExp(`/t/${task.id}$`));
+  await expect(page).toHaveURL(new RegExp(`/t/${task.id}(\\?|$)`));
   await expect(page.getByTestId("chat-panel")).toBeVisible();
   await expect(page.getByTestId("prompt-input")).toBeVisible();
   expect(wasm.some((n) => n.startsWith("split___task_route_view"))).toBe(true);
