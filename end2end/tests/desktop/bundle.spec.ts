@@ -40,3 +40,24 @@ test("B7: each page's code is its own chunk, fetched when the page is first show
   expect(caching.length).toBeGreaterThan(1);
   for (const c of caching) expect(c).toBe("no-cache");
 });
+
+// P10 with lazy routes: the socket connects only once the page hydrated, its chunk included.
+// Were it to connect while the chunk is still on its way, the page would be built after the
+// refetch on connect and keep its server-rendered snapshot (seen once: a board card without its
+// pending icon). The chunk is held until a socket opens or 2 s pass, so a socket that opens too
+// early always does so first.
+test("P10: the live channel connects only after the page's chunk arrived and hydrated", async ({ page }) => {
+  const order: string[] = [];
+  page.on("websocket", () => order.push("socket"));
+  await page.route(/split___board_page_view[^/]*\.wasm$/, async (route) => {
+    await Promise.race([
+      page.waitForEvent("websocket").then(() => undefined),
+      new Promise((resolve) => setTimeout(resolve, 2000)),
+    ]);
+    order.push("chunk");
+    await route.continue();
+  });
+  await page.goto("/");
+  await ready(page);
+  expect(order.slice(0, 2)).toEqual(["chunk", "socket"]);
+});
