@@ -44,6 +44,7 @@ struct ModelPermission {
 #[derive(Clone, Debug)]
 struct ModelSession {
     id: String,
+    task_id: String,
     state: SessionState,
     turns: Vec<ModelTurn>,
     bundles: Vec<ModelBundle>,
@@ -132,6 +133,7 @@ async fn build_history(repo: &Arc<dyn Repository>, rng: &mut SmallRng) -> Vec<Mo
             .id;
         let mut s = ModelSession {
             id,
+            task_id: task_id.clone(),
             state,
             turns: vec![],
             bundles: vec![],
@@ -328,6 +330,27 @@ async fn check_history(repo: Arc<dyn Repository>, seed: u64) {
     let ids: Vec<String> = sessions.iter().map(|s| s.id.clone()).collect();
     let batch = repo.pending_actions_for_sessions(&ids).await.unwrap();
     assert_eq!(batch.len(), ids.len());
+    // The loader's task-keyed form: every session of the tasks, each with the batch's answer.
+    let mut task_ids: Vec<String> = sessions.iter().map(|s| s.task_id.clone()).collect();
+    task_ids.dedup();
+    let by_task = repo.task_sessions(&task_ids).await.unwrap();
+    assert_eq!(by_task.len(), sessions.len(), "seed {seed}: task_sessions");
+    for s in &sessions {
+        let row = by_task
+            .iter()
+            .find(|r| r.session_id == s.id)
+            .unwrap_or_else(|| panic!("seed {seed}: {} missing from task_sessions", s.id));
+        assert_eq!(
+            (
+                row.task_id.as_str(),
+                row.state,
+                row.is_primary,
+                row.pending_action
+            ),
+            (s.task_id.as_str(), s.state, false, batch[&s.id]),
+            "seed {seed}: task_sessions vs batch for {s:#?}"
+        );
+    }
     let mut seen: HashMap<Option<PendingAction>, usize> = HashMap::new();
     for s in &sessions {
         let current = repo.current_turn_id(&s.id).await.unwrap();

@@ -17,8 +17,8 @@ use turnstile::server::repo::{
 };
 
 /// A session with `turns` turns, each holding a message and a (stale, but for the last)
-/// pending bundle: the shape of B1.
-async fn session_with_history(repo: &Arc<dyn Repository>, turns: usize) -> String {
+/// pending bundle: the shape of B1. Returns the session's id and its task's.
+async fn session_with_history(repo: &Arc<dyn Repository>, turns: usize) -> (String, String) {
     let task = repo
         .create_task(
             &NewTask {
@@ -33,7 +33,7 @@ async fn session_with_history(repo: &Arc<dyn Repository>, turns: usize) -> Strin
     let session = repo
         .create_session(
             &NewSession {
-                task_id: task,
+                task_id: task.clone(),
                 agent_profile_id: None,
                 name: "s".into(),
                 state: SessionState::WaitingForInput,
@@ -85,35 +85,56 @@ async fn session_with_history(repo: &Arc<dyn Repository>, turns: usize) -> Strin
         .await
         .unwrap();
     }
-    session
+    (session, task)
 }
 
-/// The single-session statements, bound to a session id; the batch one to a JSON array.
-fn statements(backend: Backend) -> Vec<(&'static str, String, bool)> {
+/// What a statement is bound to.
+#[derive(Clone, Copy)]
+enum Arg {
+    /// The session id.
+    Session,
+    /// A JSON array holding the session id.
+    Sessions,
+    /// A JSON array holding the session's task id.
+    Tasks,
+}
+
+/// The authority's statements and what each is bound to.
+fn statements(backend: Backend) -> Vec<(&'static str, String, Arg)> {
     vec![
-        ("current_turn_id", SQL.current_turn_id.clone(), false),
-        ("active_bundles", SQL.active_bundles.clone(), false),
+        ("current_turn_id", SQL.current_turn_id.clone(), Arg::Session),
+        ("active_bundles", SQL.active_bundles.clone(), Arg::Session),
         (
             "pending_actions",
             SQL.pending_actions(backend).to_string(),
-            true,
+            Arg::Sessions,
+        ),
+        (
+            "task_sessions",
+            SQL.task_sessions(backend).to_string(),
+            Arg::Tasks,
         ),
     ]
+}
+
+/// The value a statement is bound to for `session` (of task `task`).
+fn bind(arg: Arg, session: &str, task: &str) -> String {
+    match arg {
+        Arg::Session => session.to_string(),
+        Arg::Sessions => serde_json::json!([session]).to_string(),
+        Arg::Tasks => serde_json::json!([task]).to_string(),
+    }
 }
 
 #[tokio::test]
 async fn b1_sqlite_authority_plans_search_indexes_and_never_scan_history() {
     let url = support::sqlite_url();
     let repo = repo::connect(&url).await.unwrap();
-    let session = session_with_history(&repo, 50).await;
+    let (session, task) = session_with_history(&repo, 50).await;
     // No ANALYZE: the server never runs it, so the planner works from the schema alone.
     let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-    for (name, sql, batch) in statements(Backend::Sqlite) {
-        let arg = if batch {
-            serde_json::json!([session]).to_string()
-        } else {
-            session.clone()
-        };
+    for (name, sql, arg) in statements(Backend::Sqlite) {
+        let arg = bind(arg, &session, &task);
         let plan: Vec<(i64, i64, String)> = sqlx::query_as::<_, (i64, i64, i64, String)>(
             sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")),
         )
@@ -167,14 +188,10 @@ async fn b1_postgres_authority_reads_the_same_rows_with_1_or_300_turns() {
     let long = session_with_history(&repo, 300).await;
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
     sqlx::query("ANALYZE").execute(&mut conn).await.unwrap();
-    for (name, sql, batch) in statements(Backend::Postgres) {
+    for (name, sql, arg) in statements(Backend::Postgres) {
         let mut read = Vec::new();
-        for session in [&short, &long] {
-            let arg = if batch {
-                serde_json::json!([session]).to_string()
-            } else {
-                session.to_string()
-            };
+        for (session, task) in [&short, &long] {
+            let arg = bind(arg, session, task);
             let row = sqlx::query(sqlx::AssertSqlSafe(format!(
                 "EXPLAIN (ANALYZE, FORMAT JSON) {sql}"
             )))

@@ -25,6 +25,7 @@ both_http!(
     p6_competing_revision_is_rebased_without_losing_fields,
     p6_exhausted_retries_invalidate_and_reads_fall_back,
     p7_boot_and_reads_repair_a_stale_summary,
+    p7_a_list_read_never_writes_back_an_older_pending_action,
     p8_session_list_fails_closed,
     p1_p9_session_list_carries_pending_actions_and_revisions,
     p4_a_burst_of_events_for_one_task_costs_one_refresh,
@@ -328,16 +329,25 @@ async fn p5_loader_failure_keeps_the_question(url: String) {
         .claim_bundle(&p, &claim, s.state.clock.now())
         .await
         .unwrap();
+    let failures = || {
+        server
+            .state
+            .metrics
+            .summary_loader_failures
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before_failures = failures();
     s.publish("clarification.answered", &s.session);
-    let err = refresh_task(&s.state, &s.task, Scope::Full, None)
+    let err = refresh_task(&s.state, &s.task, Scope::Full)
         .await
         .unwrap_err();
     assert!(matches!(err, RefreshError::Loader { .. }), "{err}");
-    // The projector processed the event too: it handles events in order, and a marker task
-    // published after it (no sessions, so its loader does not read the broken table) was
-    // projected.
-    let marker = marker_task(&server.state).await;
-    next_event(&mut rx, summary_of(&marker)).await;
+    // The projector processed the event too, and its loader failed as well: both failures
+    // are counted (and exported, `turnstile_summary_loader_failures_total`).
+    support::until("the projector's failed refresh", async || {
+        failures() >= before_failures + 2
+    })
+    .await;
     assert_eq!(
         s.summary().await.unwrap(),
         before,
@@ -362,9 +372,7 @@ async fn p6_competing_revision_is_rebased_without_losing_fields(url: String) {
     // Let the background projector go idle first, so only our refresh meets the hook.
     let marker = marker_task(&server.state).await;
     next_event(&mut rx, summary_of(&marker)).await;
-    let base = refresh_task(&s.state, &s.task, Scope::Full, None)
-        .await
-        .unwrap();
+    let base = refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
     // A competing writer lands between the projector's read and its compare-and-set, once.
     let repo = s.state.repo.clone();
     let fired = Arc::new(AtomicU32::new(0));
@@ -392,9 +400,7 @@ async fn p6_competing_revision_is_rebased_without_losing_fields(url: String) {
             }
         },
     );
-    let got = refresh_task(&s.state, &s.task, Scope::Full, None)
-        .await
-        .unwrap();
+    let got = refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
     s.state
         .hooks
         .clear(turnstile::server::hooks::Point::BeforeSummaryCas);
@@ -427,9 +433,7 @@ async fn p6_exhausted_retries_invalidate_and_reads_fall_back(url: String) {
     // Let the background projector go idle first, so only our refresh meets the hook.
     let marker = marker_task(&server.state).await;
     next_event(&mut rx, summary_of(&marker)).await;
-    refresh_task(&s.state, &s.task, Scope::Full, None)
-        .await
-        .unwrap();
+    refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
     // Every attempt loses: a competitor always bumps the revision first.
     let repo = s.state.repo.clone();
     s.state.hooks.set(
@@ -449,7 +453,7 @@ async fn p6_exhausted_retries_invalidate_and_reads_fall_back(url: String) {
             }
         },
     );
-    let err = refresh_task(&s.state, &s.task, Scope::Full, None)
+    let err = refresh_task(&s.state, &s.task, Scope::Full)
         .await
         .unwrap_err();
     assert!(
@@ -499,6 +503,65 @@ async fn p6_exhausted_retries_invalidate_and_reads_fall_back(url: String) {
         "the next read repairs it"
     );
     assert_eq!(task["status_summary"]["pending_action"], "clarification");
+    server.stop().await;
+}
+
+/// P7 with P6: the question is answered (and projected) while a list read is between its two
+/// reads. The list must not write the pending action it read before the answer over the
+/// newer summary: the stored summary is read first, so the older view loses its
+/// compare-and-set and is re-read.
+async fn p7_a_list_read_never_writes_back_an_older_pending_action(url: String) {
+    use turnstile::server::hooks::Point;
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let t1 = s.turn(&s.session).await;
+    let p = s.ask(&s.session, &t1).await;
+    await_pending(&mut rx, &s.task, json!("clarification")).await;
+    let (state, task) = (s.state.clone(), s.task.clone());
+    let fired = Arc::new(AtomicU32::new(0));
+    let f = fired.clone();
+    s.state.hooks.set(Point::ReconcileReads, move |_| {
+        let (state, task, p, f) = (state.clone(), task.clone(), p.clone(), f.clone());
+        async move {
+            if f.fetch_add(1, Ordering::SeqCst) > 0 {
+                return;
+            }
+            let claim = Claim {
+                status: BundleStatus::Answered,
+                response: "{}".into(),
+                reject_reason: None,
+            };
+            state
+                .repo
+                .claim_bundle(&p, &claim, state.clock.now())
+                .await
+                .unwrap();
+            let projected = refresh_task(&state, &task, Scope::Full).await.unwrap();
+            assert_eq!(projected.body.pending_action, None);
+        }
+    });
+    let list: Value = reqwest::get(server.url("/api/v1/tasks"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    s.state.hooks.clear(Point::ReconcileReads);
+    assert_eq!(fired.load(Ordering::SeqCst), 1, "the list read reconciled");
+    let listed = list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == s.task.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(listed["status_summary"]["pending_action"], Value::Null);
+    assert_eq!(
+        s.summary().await.unwrap().body.pending_action,
+        None,
+        "P7: the answered question is not written back by the list read"
+    );
     server.stop().await;
 }
 

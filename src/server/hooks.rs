@@ -43,6 +43,9 @@ pub enum Point {
     /// (issue 13, `lease`); the key is `past-fence` once the fence time has passed, else
     /// `before-fence`.
     HeartbeatFailed,
+    /// Between reconciliation's two reads (P7): the stored summaries and the authoritative
+    /// pending state; the key is the first task id.
+    ReconcileReads,
 }
 
 impl Point {
@@ -58,6 +61,7 @@ impl Point {
             Point::StreamChunk => "stream-chunk",
             Point::AskSync => "ask-sync",
             Point::HeartbeatFailed => "heartbeat-failed",
+            Point::ReconcileReads => "reconcile-reads",
         }
     }
 }

@@ -9,6 +9,8 @@ pub struct Metrics {
     pub http_errors: AtomicU64,
     pub websocket_clients: AtomicI64,
     pub summary_cas_retries: AtomicU64,
+    /// P5: summary refreshes whose loader failed (the stored summary was kept).
+    pub summary_loader_failures: AtomicU64,
 }
 
 impl Metrics {
@@ -61,6 +63,14 @@ impl Metrics {
             "counter",
             "Task summary compare-and-set attempts that lost and were retried (P6).",
             self.summary_cas_retries.load(Ordering::Relaxed).to_string(),
+        );
+        metric(
+            "turnstile_summary_loader_failures_total",
+            "counter",
+            "Task summary refreshes whose pending-state read failed; the summary was kept (P5).",
+            self.summary_loader_failures
+                .load(Ordering::Relaxed)
+                .to_string(),
         );
         if let Some(n) = active_bundles {
             metric(

@@ -130,9 +130,7 @@ pub async fn build_state(
     }
     // P3: queues died with the old process; their counts go back to zero.
     for task_id in touched {
-        if let Err(e) =
-            projector::refresh_task(&state, &task_id, projector::Scope::Full, None).await
-        {
+        if let Err(e) = projector::refresh_task(&state, &task_id, projector::Scope::Full).await {
             tracing::warn!(task_id, error = %e, "summary refresh after recovery failed");
         }
     }

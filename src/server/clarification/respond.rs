@@ -312,7 +312,7 @@ async fn undo(state: &AppState, record: &BundleRecord, cause: String, how: Undo)
             std::slice::from_ref(&record.pending_id),
         )
         .await;
-        if let Err(e) = refresh_task(state, &record.task_id, Scope::Full, None).await {
+        if let Err(e) = refresh_task(state, &record.task_id, Scope::Full).await {
             tracing::warn!(error = %e, "summary refresh after an undone claim failed");
         }
     }

@@ -63,7 +63,7 @@ async fn take_over(state: &AppState, session_id: &str) -> RepoResult<()> {
     for turn in &completed {
         workflow::turn_completed(state, session_id, &session.task_id, turn).await;
     }
-    if let Err(e) = refresh_task(state, &session.task_id, Scope::Full, None).await {
+    if let Err(e) = refresh_task(state, &session.task_id, Scope::Full).await {
         tracing::warn!(session_id, error = %e, "summary refresh after a takeover failed");
     }
     if !repo.owed_resumes(session_id).await?.is_empty() {

@@ -297,7 +297,7 @@ pub async fn make_primary(state: &AppState, id: &str) -> Result<Session, AppErro
     }
     let s = view(state, id).await?;
     publish::task_updated(state, &s.task_id).await;
-    refresh_task(state, &s.task_id, Scope::Full, None)
+    refresh_task(state, &s.task_id, Scope::Full)
         .await
         .map_err(|e| crate::server::telemetry::internal(&e))?;
     Ok(s)

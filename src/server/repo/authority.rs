@@ -60,6 +60,8 @@ pub struct AuthoritySql {
     pub count_active: String,
     pending_actions_sqlite: String,
     pending_actions_postgres: String,
+    task_sessions_sqlite: String,
+    task_sessions_postgres: String,
     pub detach_session: String,
     pub detach_turn: String,
     pub detach_bundle: String,
@@ -78,6 +80,16 @@ impl AuthoritySql {
             Backend::Postgres => &self.pending_actions_postgres,
         }
     }
+
+    /// The sessions of many tasks with their P1 pending action, in one statement; `$1` is a
+    /// JSON array of task ids. The loader's read (B2, B3: one round trip instead of a session
+    /// list and then the batch above).
+    pub fn task_sessions(&self, backend: Backend) -> &str {
+        match backend {
+            Backend::Sqlite => &self.task_sessions_sqlite,
+            Backend::Postgres => &self.task_sessions_postgres,
+        }
+    }
 }
 
 /// A JSON array parameter (`$1`) as a one-column relation `id`.
@@ -88,29 +100,54 @@ pub fn ids_from_json(backend: Backend) -> &'static str {
     }
 }
 
+/// P1 over the relation `cur(session_id, state, turn_id, …)`: clarification if an active bundle
+/// exists (L2: pending, current turn; the session is input-capable hence not terminal), else
+/// permission if the latest permission request of the current turn is pending, else null.
+fn pending_action_of_cur() -> String {
+    format!(
+        "CASE \
+           WHEN cur.state NOT IN {INPUT_CAPABLE_STATES} THEN NULL \
+           WHEN EXISTS (SELECT 1 FROM clarification_bundles b \
+                        WHERE b.session_id = cur.session_id AND b.turn_id = cur.turn_id \
+                          AND b.status = 'pending') THEN 'clarification' \
+           WHEN (SELECT p.status FROM permission_requests p \
+                 WHERE p.session_id = cur.session_id AND p.turn_id = cur.turn_id \
+                 ORDER BY p.created_at DESC, p.id DESC LIMIT 1) = 'pending' THEN 'permission' \
+           ELSE NULL \
+         END"
+    )
+}
+
 fn pending_actions(backend: Backend) -> String {
-    // P1: clarification if an active bundle exists (L2: pending, current turn; the session is
-    // input-capable hence not terminal), else permission if the latest permission request of
-    // the current turn is pending, else null.
     format!(
         "WITH cur AS ( \
            SELECT s.id AS session_id, s.state AS state, {current} AS turn_id \
            FROM sessions s WHERE s.id IN ({ids}) \
          ) \
-         SELECT cur.session_id AS session_id, \
-           CASE \
-             WHEN cur.state NOT IN {INPUT_CAPABLE_STATES} THEN NULL \
-             WHEN EXISTS (SELECT 1 FROM clarification_bundles b \
-                          WHERE b.session_id = cur.session_id AND b.turn_id = cur.turn_id \
-                            AND b.status = 'pending') THEN 'clarification' \
-             WHEN (SELECT p.status FROM permission_requests p \
-                   WHERE p.session_id = cur.session_id AND p.turn_id = cur.turn_id \
-                   ORDER BY p.created_at DESC, p.id DESC LIMIT 1) = 'pending' THEN 'permission' \
-             ELSE NULL \
-           END AS pending_action \
+         SELECT cur.session_id AS session_id, {pending} AS pending_action \
          FROM cur",
         current = current_turn_of("s.id"),
         ids = ids_from_json(backend),
+        pending = pending_action_of_cur(),
+    )
+}
+
+/// Every session of the given tasks (id, task, state, primary flag) with its P1 pending action.
+/// The current turn is looked up only for input-capable sessions (the others have none).
+fn task_sessions(backend: Backend) -> String {
+    format!(
+        "WITH cur AS ( \
+           SELECT s.id AS session_id, s.task_id AS task_id, s.state AS state, \
+                  s.is_primary AS is_primary, \
+                  CASE WHEN s.state IN {INPUT_CAPABLE_STATES} THEN {current} END AS turn_id \
+           FROM sessions s WHERE s.task_id IN ({ids}) \
+         ) \
+         SELECT cur.session_id AS session_id, cur.task_id AS task_id, cur.state AS state, \
+                cur.is_primary AS is_primary, {pending} AS pending_action \
+         FROM cur",
+        current = current_turn_of("s.id"),
+        ids = ids_from_json(backend),
+        pending = pending_action_of_cur(),
     )
 }
 
@@ -134,6 +171,8 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
         ),
         pending_actions_sqlite: pending_actions(Backend::Sqlite),
         pending_actions_postgres: pending_actions(Backend::Postgres),
+        task_sessions_sqlite: task_sessions(Backend::Sqlite),
+        task_sessions_postgres: task_sessions(Backend::Postgres),
         // L9: one guarded statement; only what it changed is returned (repeat = no-op, I7).
         detach_session: format!(
             "UPDATE clarification_bundles SET detached = TRUE \

@@ -9,8 +9,18 @@ use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Row, Type};
 use super::authority::{BUNDLE_COLUMNS, SQL};
 use super::sql::{RowsAffected, SqlBackend, SqlRepository, json, stmt};
 use super::{BundleRecord, BundleView, Claim, ClaimOutcome, QuestionRow, RepoError, RepoResult};
-use crate::model::{BundleStatus, PendingAction};
+use crate::model::{BundleStatus, PendingAction, SessionState};
 use crate::server::time::Micros;
+
+/// A session as the loader needs it (P2 aggregates these), with its P1 pending action.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskSession {
+    pub session_id: String,
+    pub task_id: String,
+    pub state: SessionState,
+    pub is_primary: bool,
+    pub pending_action: Option<PendingAction>,
+}
 
 #[async_trait]
 pub trait AuthorityStore: Send + Sync {
@@ -20,6 +30,10 @@ pub trait AuthorityStore: Send + Sync {
     async fn count_active_bundles(&self) -> RepoResult<i64>;
 
     async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleView>>;
+
+    /// Every session of the given tasks with its P1 pending action, in one query (the
+    /// loader's read): the same answer as listing the sessions and asking the batch below.
+    async fn task_sessions(&self, task_ids: &[String]) -> RepoResult<Vec<TaskSession>>;
 
     /// P1 for each id (unknown ids map to `None`); one query, same answer as the scalar forms.
     async fn pending_actions_for_sessions(
@@ -66,6 +80,8 @@ where
     for<'r> QuestionRow: FromRow<'r, DB::Row>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
     for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> bool: Decode<'r, DB> + Type<DB>,
+    for<'r> Option<String>: Decode<'r, DB>,
     usize: ColumnIndex<DB::Row>,
     for<'s> &'s str: ColumnIndex<DB::Row>,
 {
@@ -94,6 +110,32 @@ where
             out.push(self.bundle_view(r, true).await?);
         }
         Ok(out)
+    }
+
+    async fn task_sessions(&self, task_ids: &[String]) -> RepoResult<Vec<TaskSession>> {
+        if task_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query::<DB>(SQL.task_sessions(DB::KIND))
+            .bind(json(task_ids))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let state: String = row.try_get("state")?;
+                let action: Option<String> = row.try_get("pending_action")?;
+                Ok(TaskSession {
+                    session_id: row.try_get("session_id")?,
+                    task_id: row.try_get("task_id")?,
+                    state: state.parse().map_err(RepoError::Corrupt)?,
+                    is_primary: row.try_get("is_primary")?,
+                    pending_action: action
+                        .map(|a| a.parse::<PendingAction>())
+                        .transpose()
+                        .map_err(RepoError::Corrupt)?,
+                })
+            })
+            .collect()
     }
 
     async fn pending_actions_for_sessions(

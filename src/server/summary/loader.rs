@@ -40,18 +40,13 @@ fn activity(state: SessionState) -> Option<String> {
     }
 }
 
-/// Projections for many tasks with two queries (sessions, then the batch authority query).
+/// Projections for many tasks with one query: each task's sessions with their P1 pending
+/// action (the authority's `task_sessions`).
 pub async fn load_many(
     repo: &dyn Repository,
     task_ids: &[String],
 ) -> RepoResult<HashMap<String, Projection>> {
-    let sessions = repo.sessions_for_tasks(task_ids).await?;
-    let input_capable: Vec<String> = sessions
-        .iter()
-        .filter(|s| s.state.is_input_capable())
-        .map(|s| s.id.clone())
-        .collect();
-    let pending = repo.pending_actions_for_sessions(&input_capable).await?;
+    let sessions = repo.task_sessions(task_ids).await?;
     let mut out: HashMap<String, Projection> = task_ids
         .iter()
         .map(|id| (id.clone(), Projection::default()))
@@ -60,11 +55,10 @@ pub async fn load_many(
         let Some(p) = out.get_mut(&s.task_id) else {
             continue;
         };
-        let action = pending.get(&s.id).copied().flatten();
-        p.pending_action = PendingAction::aggregate([p.pending_action, action]);
+        p.pending_action = PendingAction::aggregate([p.pending_action, s.pending_action]);
         if s.is_primary {
             p.primary_session = Some(PrimarySessionRef {
-                id: s.id.clone(),
+                id: s.session_id.clone(),
                 state: s.state,
             });
             p.activity = activity(s.state);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
-use super::loader::{self, Projection};
+use super::loader;
 use crate::model::{LastError, SummaryBody};
 use crate::server::events::Event;
 use crate::server::repo::{CasOutcome, RepoError, SummaryRecord};
@@ -35,16 +35,16 @@ pub enum RefreshError {
     Exhausted { task_id: String, attempts: u32 },
 }
 
-/// Brings the stored summary of `task_id` in line with the repository. `preloaded` saves the
-/// first loader call when the caller already has a fresh projection (batch reads). Publishes
-/// `task.status_summary.updated` after a write; an equal summary is not rewritten.
+/// Brings the stored summary of `task_id` in line with the repository: reads the stored
+/// summary, then the authority (never a projection read before the summary it is applied to,
+/// which could be older than it). Publishes `task.status_summary.updated` after a write; an
+/// equal summary is not rewritten.
 pub async fn refresh_task(
     state: &AppState,
     task_id: &str,
     scope: Scope,
-    preloaded: Option<Projection>,
 ) -> Result<SummaryRecord, RefreshError> {
-    refresh_with(state, task_id, scope, preloaded, |_| {}).await
+    refresh_with(state, task_id, scope, |_| {}).await
 }
 
 /// P3: records (or with `None` clears) the task's last error, with the same CAS loop.
@@ -57,7 +57,7 @@ pub async fn record_last_error(
         message: m.chars().take(LAST_ERROR_CHARS).collect(),
         occurred_at: format_micros(state.clock.now()),
     });
-    refresh_with(state, task_id, Scope::Full, None, move |body| {
+    refresh_with(state, task_id, Scope::Full, move |body| {
         body.last_error = last_error.clone();
     })
     .await
@@ -70,7 +70,6 @@ async fn refresh_with(
     state: &AppState,
     task_id: &str,
     scope: Scope,
-    mut preloaded: Option<Projection>,
     edit: impl Fn(&mut SummaryBody),
 ) -> Result<SummaryRecord, RefreshError> {
     let store_err = |source| RefreshError::Store {
@@ -79,15 +78,18 @@ async fn refresh_with(
     };
     for attempt in 1..=MAX_CAS_ATTEMPTS {
         let stored = state.repo.get_summary(task_id).await.map_err(store_err)?;
-        let projection = match preloaded.take() {
-            Some(p) => p,
-            None => loader::load(state.repo.as_ref(), task_id)
-                .await
-                .map_err(|source| RefreshError::Loader {
+        let projection = loader::load(state.repo.as_ref(), task_id)
+            .await
+            .map_err(|source| {
+                state
+                    .metrics
+                    .summary_loader_failures
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                RefreshError::Loader {
                     task_id: task_id.to_string(),
                     source,
-                })?,
-        };
+                }
+            })?;
         let mut body = match (&stored, scope) {
             (Some(s), Scope::PendingOnly) => projection.apply_pending_only(s.body.clone()),
             (Some(s), Scope::Full) => projection.apply(s.body.clone()),
@@ -212,7 +214,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 continue;
             }
             for task_id in &due.tasks {
-                if let Err(e) = refresh_task(&state, task_id, Scope::Full, None).await {
+                if let Err(e) = refresh_task(&state, task_id, Scope::Full).await {
                     tracing::warn!(error = %e, task_id, "projector refresh failed");
                 }
             }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use super::loader::{self, Projection};
 use super::projector::{RefreshError, Scope, refresh_task, summary_event};
+use crate::server::hooks::Point;
 use crate::server::repo::{RepoResult, SummaryRecord, SummaryWrite};
 use crate::server::state::AppState;
 
@@ -29,8 +30,14 @@ pub async fn reconcile(
     state: &AppState,
     task_ids: &[String],
 ) -> RepoResult<(HashMap<String, Projection>, HashMap<String, Reconciled>)> {
-    let projections = loader::load_many(state.repo.as_ref(), task_ids).await?;
+    // The stored summaries first, then the authority: a change projected between the two
+    // reads has bumped the revision, so the older view read here loses its compare-and-set
+    // instead of being written back over the newer summary.
     let mut stored = state.repo.get_summaries(task_ids).await?;
+    if let Some(first) = task_ids.first() {
+        state.hooks.run(Point::ReconcileReads, first).await;
+    }
+    let projections = loader::load_many(state.repo.as_ref(), task_ids).await?;
     let mut out = HashMap::with_capacity(task_ids.len());
     let mut writes = Vec::new();
     for id in task_ids {
@@ -91,10 +98,9 @@ pub async fn reconcile(
                     state.hub.publish(summary_event(&summary));
                     Reconciled::Fresh(summary)
                 }
-                None => {
-                    let projection = projections.get(&w.task_id).cloned().unwrap_or_default();
-                    refreshed(state, &w.task_id, *scope, projection).await
-                }
+                // Lost the compare-and-set: our projection may be older than the summary
+                // that won, so the projector's loop reads both again.
+                None => refreshed(state, &w.task_id, *scope).await,
             };
             out.insert(w.task_id.clone(), outcome);
         }
@@ -102,8 +108,8 @@ pub async fn reconcile(
     Ok((projections, out))
 }
 
-async fn refreshed(state: &AppState, id: &str, scope: Scope, projection: Projection) -> Reconciled {
-    match refresh_task(state, id, scope, Some(projection)).await {
+async fn refreshed(state: &AppState, id: &str, scope: Scope) -> Reconciled {
+    match refresh_task(state, id, scope).await {
         Ok(s) => Reconciled::Fresh(s),
         Err(e) => {
             tracing::warn!(error = %e, task_id = id, "summary repair failed");

@@ -67,8 +67,7 @@ impl Worker {
             .runtime
             .counters
             .set_queued(&self.session_id, &self.task_id, self.queue.len());
-        let r =
-            projector::refresh_task(&self.state, &self.task_id, projector::Scope::Full, None).await;
+        let r = projector::refresh_task(&self.state, &self.task_id, projector::Scope::Full).await;
         self.log("refreshing the queued-prompt count failed", r);
     }
 
