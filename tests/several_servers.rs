@@ -222,20 +222,9 @@ async fn p10_a_lost_listener_reconnects_and_its_clients_resync(url: String) {
 
     // Cut B's listener connection from the database side, and keep it out for a while: B
     // answers /healthz with 503 until it is back.
-    let admin = std::env::var("TEST_POSTGRES_URL").unwrap();
-    let database = url.rsplit('/').next().unwrap().split('?').next().unwrap();
-    support::raw_exec(
-        &admin,
-        &format!("ALTER DATABASE {database} ALLOW_CONNECTIONS false"),
-    )
-    .await;
-    support::raw_exec(
-        &admin,
-        &format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = '{database}' AND application_name = 'turnstile-listener {}'",
-            b.state.runtime.config.server_id
-        ),
+    let cut = CutOff::start_ending(
+        &url,
+        Backends::ListenerOf(&b.state.runtime.config.server_id),
     )
     .await;
     support::until("B to report its listener down", async || {
@@ -251,11 +240,7 @@ async fn p10_a_lost_listener_reconnects_and_its_clients_resync(url: String) {
     })
     .await;
     assert!(metrics().await.contains(&listening.replace("} 1", "} 0")));
-    support::raw_exec(
-        &admin,
-        &format!("ALTER DATABASE {database} ALLOW_CONNECTIONS true"),
-    )
-    .await;
+    cut.end().await;
     let resync = next_frame(&mut on_b, |v| v["action"] == "resync").await;
     assert_eq!(resync["payload"]["reason"], "listener");
 
@@ -862,14 +847,27 @@ async fn prompt_again(server: &TestServer, session: &str) {
     api.wait_turns_done(session, 2).await;
 }
 
-/// The test database refuses connections and its open ones are ended, until [`CutOff::end`].
+/// The test database refuses new connections, and the open ones `which` selects are ended,
+/// until [`CutOff::end`].
 struct CutOff {
     admin: String,
     database: String,
 }
 
+/// Which open connections a [`CutOff`] ends.
+enum Backends<'a> {
+    /// Every connection to the database.
+    All,
+    /// Only the event listener of the server with this id.
+    ListenerOf(&'a str),
+}
+
 impl CutOff {
     async fn start(url: &str) -> Self {
+        Self::start_ending(url, Backends::All).await
+    }
+
+    async fn start_ending(url: &str, which: Backends<'_>) -> Self {
         let admin = std::env::var("TEST_POSTGRES_URL").unwrap();
         let database = url
             .rsplit('/')
@@ -884,11 +882,17 @@ impl CutOff {
             &format!("ALTER DATABASE {database} ALLOW_CONNECTIONS false"),
         )
         .await;
+        let only = match which {
+            Backends::All => "pid <> pg_backend_pid()".to_string(),
+            Backends::ListenerOf(server) => {
+                format!("application_name = 'turnstile-listener {server}'")
+            }
+        };
         support::raw_exec(
             &admin,
             &format!(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE datname = '{database}' AND pid <> pg_backend_pid()"
+                 WHERE datname = '{database}' AND {only}"
             ),
         )
         .await;
