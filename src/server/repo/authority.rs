@@ -133,8 +133,16 @@ fn pending_actions(backend: Backend) -> String {
 }
 
 /// Every session of the given tasks (id, task, state, primary flag) with its P1 pending action.
-/// The current turn is looked up only for input-capable sessions (the others have none).
+/// The current turn is looked up only for input-capable sessions (the others have none). The
+/// rows come back as one JSON array of `[session_id, task_id, state, is_primary,
+/// pending_action]`: sqlx's SQLite driver copies every value and hands over each row
+/// separately, which cost more than the query for a page of tasks (B2, decision 0020).
 fn task_sessions(backend: Backend) -> String {
+    let row = "cur.session_id, cur.task_id, cur.state, cur.is_primary, cur.pending_action";
+    let rows = match backend {
+        Backend::Sqlite => format!("json_group_array(json_array({row}))"),
+        Backend::Postgres => format!("COALESCE(json_agg(json_build_array({row})), '[]')::text"),
+    };
     format!(
         "WITH cur AS ( \
            SELECT s.id AS session_id, s.task_id AS task_id, s.state AS state, \
@@ -142,9 +150,8 @@ fn task_sessions(backend: Backend) -> String {
                   CASE WHEN s.state IN {INPUT_CAPABLE_STATES} THEN {current} END AS turn_id \
            FROM sessions s WHERE s.task_id IN ({ids}) \
          ) \
-         SELECT cur.session_id AS session_id, cur.task_id AS task_id, cur.state AS state, \
-                cur.is_primary AS is_primary, {pending} AS pending_action \
-         FROM cur",
+         SELECT {rows} FROM (SELECT cur.session_id, cur.task_id, cur.state, cur.is_primary, \
+                                    {pending} AS pending_action FROM cur) AS cur",
         current = current_turn_of("s.id"),
         ids = ids_from_json(backend),
         pending = pending_action_of_cur(),

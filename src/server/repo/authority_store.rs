@@ -116,19 +116,23 @@ where
         if task_ids.is_empty() {
             return Ok(Vec::new());
         }
-        let rows = sqlx::query::<DB>(SQL.task_sessions(DB::KIND))
+        let rows: String = sqlx::query_scalar::<DB, String>(SQL.task_sessions(DB::KIND))
             .bind(json(task_ids))
-            .fetch_all(&self.pool)
+            .fetch_one(&self.pool)
             .await?;
-        rows.iter()
-            .map(|row| {
-                let state: String = row.try_get("state")?;
-                let action: Option<String> = row.try_get("pending_action")?;
+        type Row = (String, String, String, serde_json::Value, Option<String>);
+        let rows: Vec<Row> = serde_json::from_str(&rows)
+            .map_err(|e| RepoError::Corrupt(format!("task sessions: {e}")))?;
+        rows.into_iter()
+            .map(|(session_id, task_id, state, is_primary, action)| {
                 Ok(TaskSession {
-                    session_id: row.try_get("session_id")?,
-                    task_id: row.try_get("task_id")?,
+                    session_id,
+                    task_id,
                     state: state.parse().map_err(RepoError::Corrupt)?,
-                    is_primary: row.try_get("is_primary")?,
+                    // SQLite stores booleans as 0/1.
+                    is_primary: is_primary
+                        .as_bool()
+                        .unwrap_or(is_primary.as_i64() == Some(1)),
                     pending_action: action
                         .map(|a| a.parse::<PendingAction>())
                         .transpose()
