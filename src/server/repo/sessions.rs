@@ -4,9 +4,7 @@
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Type};
 
-use super::sql::{
-    RowsAffected, SESSION_COLUMNS, SqlBackend, SqlRepository, json, stmt, stmt_with_ids,
-};
+use super::sql::{RowsAffected, SESSION_COLUMNS, SqlBackend, SqlRepository, stmt};
 use super::{NewSession, RepoResult, SessionRecord, new_id};
 use crate::model::SessionState;
 use crate::server::time::Micros;
@@ -19,9 +17,6 @@ pub trait SessionStore: Send + Sync {
 
     /// Newest first.
     async fn list_sessions(&self, task_id: &str) -> RepoResult<Vec<SessionRecord>>;
-
-    /// Every session of the given tasks, newest first within a task.
-    async fn sessions_for_tasks(&self, task_ids: &[String]) -> RepoResult<Vec<SessionRecord>>;
 
     /// Moves a non-terminal session to `state`; a terminal session never moves again (returns
     /// `None`). Stamps `started_at` on the first start and `completed_at` on a terminal state;
@@ -140,20 +135,6 @@ where
              ORDER BY created_at DESC, id DESC"
         ))
         .bind(task_id)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    async fn sessions_for_tasks(&self, task_ids: &[String]) -> RepoResult<Vec<SessionRecord>> {
-        if task_ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        Ok(sqlx::query_as::<DB, SessionRecord>(stmt_with_ids!(
-            DB::KIND,
-            "SELECT {SESSION_COLUMNS} FROM sessions WHERE task_id IN ({}) \
-             ORDER BY task_id, created_at DESC, id DESC"
-        ))
-        .bind(json(task_ids))
         .fetch_all(&self.pool)
         .await?)
     }
