@@ -213,6 +213,39 @@ enum Sessions {
     Again(Vec<String>),
 }
 
+/// The next `clarification.requested` or `session.turn.completed` notification, parsed.
+async fn next_round_trip_event<S, E>(socket: &mut S, deadline: tokio::time::Instant) -> Value
+where
+    S: futures::Stream<Item = Result<Message, E>> + Unpin,
+{
+    loop {
+        let frame = tokio::time::timeout_at(deadline, socket.next())
+            .await
+            .expect("B3 did not finish in 300 s");
+        let Some(Ok(Message::Text(t))) = frame else {
+            continue;
+        };
+        if t.contains("clarification.requested") || t.contains("session.turn.completed") {
+            return serde_json::from_str(t.as_str()).unwrap();
+        }
+    }
+}
+
+/// Answers the question `pending_id` ("y") over REST, in the background.
+fn answer_in_background(client: &reqwest::Client, base: &str, pending_id: &str) {
+    let url = format!("{base}/api/v1/clarifications/{pending_id}/respond");
+    let client = client.clone();
+    tokio::spawn(async move {
+        let r = client
+            .post(url)
+            .json(&json!({ "answers": [{ "question_id": "q", "selected_options": ["y"] }] }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    });
+}
+
 /// B3: agents each ask, are answered over REST and finish their turn, `rounds` times. Returns
 /// round trips per second (first question to last completion), each round trip's time from
 /// the question's notification to its turn's completion, sorted, and the sessions used.
@@ -263,16 +296,7 @@ async fn round_trips(
     let mut first: Option<Instant> = None;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     while times.len() < sessions * rounds {
-        let frame = tokio::time::timeout_at(deadline, socket.next())
-            .await
-            .expect("B3 round trips did not finish in 300 s");
-        let Some(Ok(Message::Text(t))) = frame else {
-            continue;
-        };
-        if !t.contains("clarification.requested") && !t.contains("session.turn.completed") {
-            continue;
-        }
-        let v: Value = serde_json::from_str(t.as_str()).unwrap();
+        let v = next_round_trip_event(&mut socket, deadline).await;
         match v["action"].as_str() {
             Some("clarification.requested") => {
                 let session = v["payload"]["bundle"]["session_id"]
@@ -284,21 +308,11 @@ async fn round_trips(
                 }
                 asked.insert(session, Instant::now());
                 first.get_or_insert_with(Instant::now);
-                let url = format!(
-                    "{}/api/v1/clarifications/{}/respond",
-                    server.base,
-                    v["payload"]["bundle"]["pending_id"].as_str().unwrap()
+                answer_in_background(
+                    &client,
+                    &server.base,
+                    v["payload"]["bundle"]["pending_id"].as_str().unwrap(),
                 );
-                let client = client.clone();
-                tokio::spawn(async move {
-                    let r = client
-                        .post(url)
-                        .json(&json!({ "answers": [{ "question_id": "q", "selected_options": ["y"] }] }))
-                        .send()
-                        .await
-                        .unwrap();
-                    assert_eq!(r.status(), 200);
-                });
             }
             Some("session.turn.completed") => {
                 let session = v["payload"]["turn"]["session_id"]
@@ -368,16 +382,7 @@ async fn asks_in_one_turn(server: &Server, sessions: usize, asks: usize) -> (f64
     let mut done = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     while done < sessions {
-        let frame = tokio::time::timeout_at(deadline, socket.next())
-            .await
-            .expect("B3 asks did not finish in 300 s");
-        let Some(Ok(Message::Text(t))) = frame else {
-            continue;
-        };
-        if !t.contains("clarification.requested") && !t.contains("session.turn.completed") {
-            continue;
-        }
-        let v: Value = serde_json::from_str(t.as_str()).unwrap();
+        let v = next_round_trip_event(&mut socket, deadline).await;
         if v["action"] == "session.turn.completed" {
             if last.contains_key(v["payload"]["turn"]["session_id"].as_str().unwrap_or("")) {
                 done += 1;
@@ -394,21 +399,11 @@ async fn asks_in_one_turn(server: &Server, sessions: usize, asks: usize) -> (f64
             end = now;
         }
         first.get_or_insert(now);
-        let url = format!(
-            "{}/api/v1/clarifications/{}/respond",
-            server.base,
-            bundle["pending_id"].as_str().unwrap()
+        answer_in_background(
+            &client,
+            &server.base,
+            bundle["pending_id"].as_str().unwrap(),
         );
-        let client = client.clone();
-        tokio::spawn(async move {
-            let r = client
-                .post(url)
-                .json(&json!({ "answers": [{ "question_id": "q", "selected_options": ["y"] }] }))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 200);
-        });
     }
     assert_eq!(
         times.len(),
