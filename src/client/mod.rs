@@ -5,3 +5,4 @@ pub mod backoff;
 pub mod notify;
 pub mod selection;
 pub mod store;
+pub mod text;

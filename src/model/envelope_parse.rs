@@ -1,9 +1,12 @@
-//! The browser's parser for what the WebSocket pushes: the same result as the derived
-//! `Deserialize` of [`Envelope`], without its buffering. The derive (an adjacently tagged enum,
-//! a flattened struct, an untagged fallback) runs every payload through serde's `Content`, a
-//! second parser for every payload type in the wasm bundle (docs/decisions/0013).
+//! The browser's parser for what the WebSocket pushes: [`Push`], what the page needs of a frame
+//! (a notification, or the session a subscription confirms), read straight from the text. The
+//! derived `Deserialize` of [`Envelope`] (an adjacently tagged enum, a flattened struct, an
+//! untagged fallback) runs every payload through serde's `Content`, a second parser for every
+//! payload type, and keeps everything else as `serde_json::Value`, whose parser and map would be
+//! in the browser bundle only for that (B7, docs/decisions/0013). `Push::from(&Envelope)` says
+//! what the derive reads; the tests hold the two to the same answer on every frame.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::notification::{Envelope, EnvelopeBody, MessageChange, Notification, PendingSnapshot};
@@ -11,41 +14,90 @@ use super::{
     Bundle, Message, PendingAction, PendingActionRevision, Permission, Session, Summary, Task, Turn,
 };
 
-impl Envelope {
-    /// Parses what the server sent. Same result as deriving through `Deserialize`, without the
-    /// buffering the tagged, flattened and untagged derives need: the envelope's payload is
-    /// kept raw and parsed once into the type its `action` names. In the browser bundle that
-    /// buffering was a second copy of every payload type's parser (docs/decisions/0012).
-    pub fn from_json(text: &str) -> serde_json::Result<Envelope> {
+/// What the browser does with a frame from `/ws`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Push {
+    /// A notification (api.md "WebSocket"), folded into the stores.
+    Notification(Box<Notification>),
+    /// The response to `subscribe.session`: from now on this session's rows are pushed.
+    Subscribed(String),
+    /// Anything else (other responses, errors, actions this version does not know).
+    Other,
+}
+
+const SUBSCRIBE: &str = "subscribe.session";
+
+#[derive(Deserialize)]
+struct SessionRef {
+    session_id: String,
+}
+
+impl Push {
+    /// Parses a frame as the server sent it; an error for text that is not an envelope (no
+    /// `type`, `action` or `ts`), as the derive reports it.
+    pub fn from_json(text: &str) -> serde_json::Result<Push> {
         #[derive(Deserialize)]
         struct Wire<'a> {
             #[serde(rename = "type")]
-            kind: String,
-            #[serde(default)]
-            id: Option<serde_json::Value>,
+            _kind: String,
             action: String,
             #[serde(borrow, default)]
             payload: Option<&'a RawValue>,
-            ts: String,
+            #[serde(rename = "ts")]
+            _ts: String,
         }
-        // `from_slice`, like the server functions' responses: one parser per type in the bundle.
         let wire: Wire = serde_json::from_slice(text.as_bytes())?;
         let payload = wire.payload.map_or("null", RawValue::get);
-        let body = match Notification::from_action(&wire.action, payload) {
-            Some(Ok(n)) => EnvelopeBody::Notification(Box::new(n)),
-            // Unknown actions, and known ones whose payload does not fit, stay raw (untagged).
-            _ => EnvelopeBody::Other {
-                payload: serde_json::from_slice(payload.as_bytes())?,
-                action: wire.action,
-            },
-        };
-        Ok(Envelope {
-            kind: wire.kind,
-            id: wire.id,
-            body,
-            ts: wire.ts,
+        Ok(match Notification::from_action(&wire.action, payload) {
+            Some(Ok(n)) => Push::Notification(Box::new(n)),
+            // A known action whose payload does not fit stays raw in the derive (untagged).
+            _ if wire.action == SUBSCRIBE => {
+                serde_json::from_slice::<SessionRef>(payload.as_bytes())
+                    .map_or(Push::Other, |p| Push::Subscribed(p.session_id))
+            }
+            _ => Push::Other,
         })
     }
+}
+
+impl From<&Envelope> for Push {
+    fn from(e: &Envelope) -> Push {
+        match &e.body {
+            EnvelopeBody::Notification(n) => Push::Notification(n.clone()),
+            EnvelopeBody::Other { action, payload } if action == SUBSCRIBE => payload
+                .get("session_id")
+                .and_then(|v| v.as_str())
+                .map_or(Push::Other, |s| Push::Subscribed(s.to_string())),
+            EnvelopeBody::Other { .. } => Push::Other,
+        }
+    }
+}
+
+/// A `subscribe.session` or `unsubscribe.session` request frame (api.md "WebSocket").
+pub fn session_request(subscribe: bool, session_id: &str) -> String {
+    #[derive(Serialize)]
+    struct Request<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        id: u32,
+        action: &'static str,
+        payload: Payload<'a>,
+    }
+    #[derive(Serialize)]
+    struct Payload<'a> {
+        session_id: &'a str,
+    }
+    let request = Request {
+        kind: "request",
+        id: 1,
+        action: if subscribe {
+            SUBSCRIBE
+        } else {
+            "unsubscribe.session"
+        },
+        payload: Payload { session_id },
+    };
+    serde_json::to_string(&request).unwrap_or_default()
 }
 
 impl Notification {
@@ -163,12 +215,13 @@ impl Notification {
 mod tests {
     use super::*;
 
-    /// `Envelope::from_json` (the browser's parser) and the derived `Deserialize` agree.
-    fn parse_both(v: serde_json::Value) -> Envelope {
+    /// `Push::from_json` (the browser's parser) reads what the derived `Deserialize` reads.
+    fn parse_both(v: serde_json::Value) -> Push {
         let text = v.to_string();
         let derived: Envelope = serde_json::from_str(&text).unwrap();
-        assert_eq!(Envelope::from_json(&text).unwrap(), derived, "{text}");
-        derived
+        let push = Push::from_json(&text).unwrap();
+        assert_eq!(push, Push::from(&derived), "{text}");
+        push
     }
 
     #[test]
@@ -201,26 +254,70 @@ mod tests {
                 serde_json::json!({ "message": message, "pending_action": null,
                     "pending_action_revision": { "epoch": "3", "sequence": 10 } }),
             ),
-            // A known action whose payload does not fit stays raw, as with `untagged`.
+        ] {
+            assert!(matches!(
+                parse_both(envelope(action, payload)),
+                Push::Notification(_)
+            ));
+        }
+        // A known action whose payload does not fit stays raw, as with `untagged`.
+        for (action, payload) in [
             ("task.deleted", serde_json::json!({ "task": 1 })),
             ("task.created", serde_json::Value::Null),
         ] {
-            parse_both(envelope(action, payload));
+            assert_eq!(parse_both(envelope(action, payload)), Push::Other);
         }
         let missing = serde_json::json!({ "type": "notification", "action": "resync", "ts": "t" });
-        assert!(matches!(
-            parse_both(missing).body,
-            EnvelopeBody::Other { .. }
-        ));
-        assert!(Envelope::from_json("{\"type\": \"notification\"}").is_err());
-        assert!(Envelope::from_json("not json").is_err());
+        assert_eq!(parse_both(missing), Push::Other);
     }
 
     #[test]
-    fn unknown_actions_stay_raw() {
-        let e = parse_both(serde_json::json!({
-            "type": "response", "id": 1, "action": "ping", "payload": { "pong": true }, "ts": "t"
-        }));
-        assert!(matches!(e.body, EnvelopeBody::Other { .. }));
+    fn what_is_not_an_envelope_is_an_error_as_with_the_derive() {
+        for text in [
+            "{\"type\": \"notification\"}",
+            "{\"action\": \"ping\", \"ts\": \"t\"}",
+            "not json",
+        ] {
+            assert!(serde_json::from_str::<Envelope>(text).is_err());
+            assert!(Push::from_json(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_subscription_response_names_its_session_and_other_responses_are_ignored() {
+        let response = |action: &str, payload: serde_json::Value| {
+            serde_json::json!({
+            "type": "response", "id": 1, "action": action, "payload": payload, "ts": "t" })
+        };
+        assert_eq!(
+            parse_both(response(
+                SUBSCRIBE,
+                serde_json::json!({ "session_id": "s1" })
+            )),
+            Push::Subscribed("s1".into())
+        );
+        for (action, payload) in [
+            (SUBSCRIBE, serde_json::json!({ "session_id": 7 })),
+            (SUBSCRIBE, serde_json::Value::Null),
+            (
+                "unsubscribe.session",
+                serde_json::json!({ "session_id": "s1" }),
+            ),
+            ("ping", serde_json::json!({ "pong": true })),
+        ] {
+            assert_eq!(parse_both(response(action, payload)), Push::Other);
+        }
+    }
+
+    #[test]
+    fn session_requests_are_what_the_server_reads() {
+        let v: serde_json::Value = serde_json::from_str(&session_request(true, "s\"1")).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({ "type": "request", "id": 1, "action": "subscribe.session",
+                "payload": { "session_id": "s\"1" } })
+        );
+        let v: serde_json::Value = serde_json::from_str(&session_request(false, "s")).unwrap();
+        assert_eq!(v["action"], "unsubscribe.session");
     }
 }

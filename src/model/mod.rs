@@ -12,6 +12,7 @@ mod task;
 mod transcript;
 mod workflow;
 
+pub use envelope_parse::{Push, session_request};
 pub use error::AppError;
 pub use notification::{Envelope, EnvelopeBody, MessageChange, Notification, PendingSnapshot};
 pub use pending::{PendingAction, PendingActionRevision};

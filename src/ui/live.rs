@@ -169,25 +169,15 @@ mod browser {
         ConnectionReadyState, ReconnectLimit, UseWebSocketOptions, UseWebSocketReturn,
         use_websocket_with_options,
     };
-    use serde_json::json;
 
     use super::{Connection, Live};
     use crate::client::backoff::reconnect_delay_ms;
-    use crate::model::{Envelope, EnvelopeBody};
+    use crate::model::{Push, session_request};
 
     fn set_body_ws(state: &str) {
         if let Some(body) = document().body() {
             let _ = body.set_attribute("data-ws", state);
         }
-    }
-
-    fn frame(action: &str, session: &str) -> String {
-        json!({ "type": "request", "id": 1, "action": action, "payload": { "session_id": session } })
-            .to_string()
-    }
-
-    fn subscribe_frame(session: &str) -> String {
-        frame("subscribe.session", session)
     }
 
     thread_local! {
@@ -217,21 +207,16 @@ mod browser {
 
     pub fn start(live: Live) {
         let on_message = move |text: &String| {
-            let Ok(envelope) = Envelope::from_json(text) else {
-                return;
-            };
-            match envelope.body {
-                EnvelopeBody::Notification(n) => live.apply(&n),
+            match Push::from_json(text) {
+                Ok(Push::Notification(n)) => live.apply(&n),
                 // From now on the session's rows are pushed: refetch its transcript once, so a
                 // row added between the snapshot and the subscription is not missed.
-                EnvelopeBody::Other { action, payload }
-                    if action == "subscribe.session"
-                        && payload.get("session_id").and_then(|v| v.as_str())
-                            == live.watched.get_untracked().as_deref() =>
+                Ok(Push::Subscribed(session))
+                    if Some(session.as_str()) == live.watched.get_untracked().as_deref() =>
                 {
                     live.subscribed.update(|v| *v += 1)
                 }
-                EnvelopeBody::Other { .. } => {}
+                _ => {}
             }
         };
         // The library's own reconnect is off (its interval is fixed): after a close, `open()`
@@ -294,7 +279,7 @@ mod browser {
                     && !was_open.get_value()
                     && let Some(id) = live.watched.get_untracked()
                 {
-                    send(&subscribe_frame(&id));
+                    send(&session_request(true, &id));
                 }
                 was_open.set_value(open);
             }
@@ -307,10 +292,10 @@ mod browser {
                     .flatten()
                     .filter(|old| Some(old) != watched.as_ref())
                 {
-                    send(&frame("unsubscribe.session", &old));
+                    send(&session_request(false, &old));
                 }
                 if let Some(id) = &watched {
-                    send(&subscribe_frame(id));
+                    send(&session_request(true, id));
                 }
             }
             watched

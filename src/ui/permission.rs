@@ -38,7 +38,7 @@ pub fn PermissionPrompt(permission: Permission) -> impl IntoView {
                             .iter()
                             .map(|o| {
                                 let option = o.id.clone();
-                                let reject = o.kind.to_lowercase().starts_with("reject");
+                                let reject = o.kind.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("reject"));
                                 view! {
                                     <button
                                         class:secondary=reject

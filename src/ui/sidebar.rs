@@ -91,14 +91,15 @@ fn TaskList() -> impl IntoView {
         },
     );
     let rows = move || {
-        let q = query.get().to_lowercase();
+        let q = crate::client::text::fold_case(&query.get());
         let mut base = pages.loaded();
         if let Some(Ok(p)) = pending.get() {
             base.extend(p.tasks);
         }
         live.tasks.with(|book| {
             book.view(&base, |t| {
-                !t.archived && (q.is_empty() || t.title.to_lowercase().contains(&q))
+                !t.archived
+                    && (q.is_empty() || crate::client::text::fold_case(&t.title).contains(&q))
             })
         })
     };

@@ -27,10 +27,14 @@ pub async fn next_frame(socket: &mut Socket, pred: impl Fn(&Value) -> bool) -> V
             .expect("timed out waiting for a frame");
         if let Some(Ok(Message::Text(text))) = frame {
             let v: Value = serde_json::from_str(text.as_str()).expect("json frame");
-            // The browser's parser (no derive buffering) reads every frame as the derive does.
+            // The browser's parser (no derive buffering, no `Value`) reads every frame as the
+            // derive does.
             assert_eq!(
-                turnstile::model::Envelope::from_json(text.as_str()).ok(),
-                serde_json::from_str::<turnstile::model::Envelope>(text.as_str()).ok(),
+                turnstile::model::Push::from_json(text.as_str()).ok(),
+                serde_json::from_str::<turnstile::model::Envelope>(text.as_str())
+                    .ok()
+                    .as_ref()
+                    .map(turnstile::model::Push::from),
                 "{text}"
             );
             if pred(&v) {
