@@ -65,18 +65,20 @@ on_demand = {f"task_route + {n}": first_load("task_route", n)
 total = sum(gz(f.name) for f in pkg.glob("*.wasm"))
 print(json.dumps({"main_gzip_bytes": main, "pages_first_load_gzip_bytes": pages,
                   "with_on_demand_parts_gzip_bytes": on_demand, "all_modules_gzip_bytes": total,
-                  "target_gzip_bytes": target, "pass": max(pages.values()) <= target}))
+                  "target_gzip_bytes": target,
+                  # Every page's first load, and the task page with each on-demand part shown.
+                  "pass": max([*pages.values(), *on_demand.values()]) <= target}))
 PY
 python3 - "$out/B7.json" <<'PY'
 import json, sys
 b = json.load(open(sys.argv[1]))
 kb = lambda n: f"{n / 1024:.0f} KB"
 ok = lambda n: "✓" if n <= b["target_gzip_bytes"] else "✗"
-print(f"| B7 | shell module | gzip {kb(b['main_gzip_bytes'])} | all modules {kb(b['all_modules_gzip_bytes'])} | ≤ 400 KB per page's first load |")
+print(f"| B7 | shell module | gzip {kb(b['main_gzip_bytes'])} | all modules {kb(b['all_modules_gzip_bytes'])} | ≤ 400 KB per page's first load, on-demand parts included |")
 for name, n in b["pages_first_load_gzip_bytes"].items():
     print(f"| B7 | first load of {name} | gzip {kb(n)} | | {ok(n)} |")
 for name, n in b["with_on_demand_parts_gzip_bytes"].items():
-    print(f"| B7 | {name} (fetched when shown) | gzip {kb(n)} | | report |")
+    print(f"| B7 | {name} (fetched when shown) | gzip {kb(n)} | | {ok(n)} |")
 PY
 
 python3 - "$out" <<'PY'

@@ -3,8 +3,7 @@
 //! pushes create alerts — a snapshot fetched on load, reconnect or `resync` never does — and
 //! each question or request alerts once, by its id.
 
-use std::collections::{BTreeMap, BTreeSet};
-
+use crate::client::store::{IdMap, IdSet};
 use crate::model::Notification;
 
 /// One thing to tell the user about.
@@ -18,9 +17,9 @@ pub struct Alert {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Alerts {
-    seen: BTreeSet<String>,
+    seen: IdSet,
     /// Per task, the alerts not yet looked at.
-    unread: BTreeMap<String, BTreeSet<String>>,
+    unread: IdMap<IdSet>,
     /// Alerts not yet shown as browser notifications.
     fresh: Vec<Alert>,
 }
@@ -50,13 +49,12 @@ impl Alerts {
             self.forget(task_id, key);
             return;
         }
-        if !self.seen.insert(key.clone()) || shown_task == Some(task_id.as_str()) {
+        if !self.seen.add(key.clone()) || shown_task == Some(task_id.as_str()) {
             return;
         }
         self.unread
-            .entry(task_id.clone())
-            .or_default()
-            .insert(key.clone());
+            .get_or_insert_with(task_id, IdSet::default)
+            .add(key.clone());
         self.fresh.push(Alert {
             key: key.clone(),
             task_id: task_id.clone(),
@@ -82,7 +80,7 @@ impl Alerts {
 
     /// What the document title counts.
     pub fn count(&self) -> usize {
-        self.unread.values().map(BTreeSet::len).sum()
+        self.unread.values().map(IdSet::len).sum()
     }
 
     /// Whether alerts wait to be shown as browser notifications.

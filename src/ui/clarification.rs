@@ -6,11 +6,11 @@
 //! After answering: closed at once on success, "this question is gone" on 409, the winner's
 //! answer when someone else was first.
 
-use std::collections::BTreeMap;
-
+use leptos::either::EitherOf3;
 use leptos::prelude::*;
 
 use crate::api::transcript::{Answered, answer_question};
+use crate::client::store::IdMap;
 use crate::model::limits::ANSWER_CHARS;
 use crate::model::{Answer, Bundle, Question, Response};
 
@@ -28,14 +28,13 @@ enum Outcome {
 /// The answers the overlay holds, per question id.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Draft {
-    chosen: BTreeMap<String, String>,
-    text: BTreeMap<String, String>,
+    chosen: IdMap<String>,
+    text: IdMap<String>,
 }
 
 impl Draft {
     fn answered(&self, q: &Question) -> bool {
-        self.chosen.contains_key(&q.id)
-            || self.text.get(&q.id).is_some_and(|t| !t.trim().is_empty())
+        self.chosen.contains(&q.id) || self.text.get(&q.id).is_some_and(|t| !t.trim().is_empty())
     }
 
     fn answers(&self, questions: &[Question]) -> Vec<Answer> {
@@ -51,6 +50,19 @@ impl Draft {
                     .cloned(),
             })
             .collect()
+    }
+}
+
+impl Outcome {
+    /// What the overlay leaves behind once answered.
+    fn notice(self) -> Option<String> {
+        match self {
+            Outcome::Sent => None,
+            Outcome::Gone => Some(
+                "This question is gone: the agent moved on or it was answered elsewhere.".into(),
+            ),
+            Outcome::Lost(text) => Some(format!("Someone else answered first: {text}")),
+        }
     }
 }
 
@@ -74,11 +86,10 @@ fn describe(r: &Response) -> String {
 /// never renders it.
 #[lazy]
 pub fn overlay_chunk(bundle: Bundle) -> AnyView {
-    view! { <Overlay bundle /> }.into_any()
+    crate::ui::client_only::ClientOnly(overlay(bundle)).into_any()
 }
 
-#[component]
-pub fn Overlay(bundle: Bundle) -> impl IntoView {
+fn overlay(bundle: Bundle) -> impl IntoView {
     let collapsed = RwSignal::new(false);
     let step = RwSignal::new(0usize);
     let draft = RwSignal::new(Draft::default());
@@ -86,29 +97,42 @@ pub fn Overlay(bundle: Bundle) -> impl IntoView {
     let error = RwSignal::new(None::<String>);
     let questions = StoredValue::new(bundle.questions.clone());
     let count = bundle.questions.len();
-    let pending_id = bundle.pending_id.clone();
-    let answer = Action::new(move |(answers, rejected): &(Vec<Answer>, bool)| {
-        let (pending_id, answers, rejected) = (pending_id.clone(), answers.clone(), *rejected);
-        async move { answer_question(pending_id, answers, rejected).await }
-    });
-    Effect::new(move |_| match answer.value().get() {
-        Some(Ok(Answered::Claimed)) => outcome.set(Some(Outcome::Sent)),
-        Some(Ok(Answered::Gone)) => outcome.set(Some(Outcome::Gone)),
-        Some(Ok(Answered::Lost { response, .. })) => outcome.set(Some(Outcome::Lost(
-            response.as_ref().map(describe).unwrap_or_default(),
-        ))),
-        Some(Err(e)) => error.set(Some(e.to_string())),
-        None => {}
-    });
+    let pending_id = StoredValue::new(bundle.pending_id.clone());
+    // One answer in flight at a time; its result decides what the overlay leaves behind.
+    let sending = RwSignal::new(false);
+    let send = move |answers: Vec<Answer>, rejected: bool| {
+        if sending.get_untracked() {
+            return;
+        }
+        sending.set(true);
+        error.set(None);
+        let pending_id = pending_id.get_value();
+        leptos::task::spawn_local(async move {
+            let answered = answer_question(pending_id, answers, rejected).await;
+            sending.try_set(false);
+            let done = match answered {
+                Ok(Answered::Claimed) => Outcome::Sent,
+                Ok(Answered::Gone) => Outcome::Gone,
+                Ok(Answered::Lost { response, .. }) => {
+                    Outcome::Lost(response.as_ref().map(describe).unwrap_or_default())
+                }
+                Err(e) => {
+                    error.try_set(Some(e.to_string()));
+                    return;
+                }
+            };
+            outcome.try_set(Some(done));
+        });
+    };
     let all_answered =
         move || draft.with(|d| questions.with_value(|qs| qs.iter().all(|q| d.answered(q))));
     let submit = move || {
-        if !all_answered() || answer.pending().get_untracked() {
-            return;
+        if all_answered() {
+            send(
+                draft.with_untracked(|d| questions.with_value(|qs| d.answers(qs))),
+                false,
+            );
         }
-        error.set(None);
-        let answers = draft.with_untracked(|d| questions.with_value(|qs| d.answers(qs)));
-        answer.dispatch((answers, false));
     };
     let pick = move |qid: String, oid: String| {
         draft.update(|d| {
@@ -182,7 +206,7 @@ pub fn Overlay(bundle: Bundle) -> impl IntoView {
                                     class:selected=selected.clone()
                                     aria-pressed=move || selected().to_string()
                                     data-testid=format!("clarification-option-{}", o.id)
-                                    disabled=move || answer.pending().get()
+                                    disabled=move || sending.get()
                                     on:click=move |_| pick(qid.clone(), oid.clone())
                                 >
                                     <span class="option-label"><kbd>{n + 1}</kbd> " " {o.label.clone()}</span>
@@ -232,48 +256,42 @@ pub fn Overlay(bundle: Bundle) -> impl IntoView {
                         <button class="secondary" data-testid="clarification-next" on:click=move |_| step.update(|s| *s += 1)>"Next"</button>
                     })}
                     {(count == 1 || last).then(|| view! {
-                        <button data-testid="clarification-submit" disabled=move || !all_answered() || answer.pending().get() on:click=move |_| submit()>"Submit"</button>
+                        <button data-testid="clarification-submit" disabled=move || !all_answered() || sending.get() on:click=move |_| submit()>"Submit"</button>
                     })}
-                    <button class="secondary" data-testid="clarification-skip" disabled=move || answer.pending().get() on:click=move |_| {
-                        error.set(None);
-                        answer.dispatch((vec![], true));
-                    }>"Skip"</button>
+                    <button class="secondary" data-testid="clarification-skip" disabled=move || sending.get() on:click=move |_| send(vec![], true)>"Skip"</button>
                 </div>
             </fieldset>
         }
     };
     let context = StoredValue::new(bundle.context.clone());
     let detached = bundle.detached;
-    view! {
-        {move || match outcome.get() {
-            Some(Outcome::Sent) => None,
-            Some(Outcome::Gone) => Some(view! {
-                <p class="notice" role="status">"This question is gone: the agent moved on or it was answered elsewhere."</p>
-            }.into_any()),
-            Some(Outcome::Lost(text)) => Some(view! {
-                <p class="notice" role="status">"Someone else answered first: " {text}</p>
-            }.into_any()),
-            None => None,
-        }}
-        <Show when=move || outcome.get().is_none()>
-            <Show
-                when=move || !collapsed.get()
-                fallback=move || view! {
-                    <button class="overlay-reopen" data-testid="clarification-reopen" on:click=move |_| collapsed.set(false)>
-                        "Show the agent's question"
-                    </button>
-                }
-            >
-                <div class="clarification-overlay" data-testid="clarification-overlay" role="dialog" aria-label="Question from the agent">
-                    {context.get_value().map(|c| view! { <p class="context">{c}</p> })}
-                    {detached.then(|| view! {
-                        <p class="notice" data-testid="clarification-deferred-notice">"The agent stopped waiting. Your answer will be sent as a new message."</p>
-                    })}
-                    {body}
-                    {move || error.get().map(|t| view! { <p class="error" role="alert">{t}</p> })}
-                </div>
-            </Show>
-        </Show>
+    let dialog = move || {
+        view! {
+            <div class="clarification-overlay" data-testid="clarification-overlay" role="dialog" aria-label="Question from the agent">
+                {context.get_value().map(|c| view! { <p class="context">{c}</p> })}
+                {detached.then(|| view! {
+                    <p class="notice" data-testid="clarification-deferred-notice">"The agent stopped waiting. Your answer will be sent as a new message."</p>
+                })}
+                {body}
+                {move || error.get().map(|t| view! { <p class="error" role="alert">{t}</p> })}
+            </div>
+        }
+    };
+    let reopen = move || {
+        view! {
+            <button class="overlay-reopen" data-testid="clarification-reopen" on:click=move |_| collapsed.set(false)>
+                "Show the agent's question"
+            </button>
+        }
+    };
+    move || match outcome.get() {
+        None if collapsed.get() => EitherOf3::A(reopen()),
+        None => EitherOf3::B(dialog()),
+        Some(outcome) => EitherOf3::C(
+            outcome
+                .notice()
+                .map(|text| view! { <p class="notice" role="status">{text}</p> }),
+        ),
     }
 }
 

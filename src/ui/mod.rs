@@ -5,6 +5,7 @@ pub mod alerts;
 pub mod board;
 pub mod chat;
 pub mod clarification;
+pub mod client_only;
 pub mod drawer;
 pub mod form;
 pub mod live;

@@ -3,10 +3,12 @@
 //! overwrites a newer one — P3's summary `revision` for tasks, P9's `{epoch, sequence}` for
 //! sessions, across server restarts too. No `view!` here: unit-tested natively.
 
+mod id_map;
 mod sessions;
 mod tasks;
 mod transcript;
 
+pub use id_map::{IdMap, IdSet};
 pub use sessions::{SessionBook, merge_session};
 pub use tasks::{TaskBook, apply_summary, merge_task};
 pub use transcript::Transcript;

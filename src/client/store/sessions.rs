@@ -1,8 +1,6 @@
 //! The sessions of the task being shown, merged by P9 revision.
 
-use std::collections::BTreeMap;
-
-use super::newer;
+use super::{IdMap, newer};
 use crate::model::{Notification, Session};
 
 /// A session as the newer of two views (P9): a view without a revision never replaces one with.
@@ -20,7 +18,7 @@ pub fn merge_session(old: &Session, new: Session) -> Session {
 /// The sessions of the task being shown.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SessionBook {
-    pub sessions: BTreeMap<String, Session>,
+    pub sessions: IdMap<Session>,
 }
 
 impl SessionBook {
@@ -72,22 +70,25 @@ impl SessionBook {
     /// Snapshot sessions with pushes on top (by revision), newest first as the server lists
     /// them; sessions known only from pushes (just created) are included.
     pub fn view(&self, task_id: &str, base: &[Session]) -> Vec<Session> {
-        let mut merged: BTreeMap<String, Session> = base
+        let merged = IdMap::from_pairs(
+            base.iter()
+                .map(|s| {
+                    let s = match self.sessions.get(&s.id) {
+                        Some(pushed) => merge_session(pushed, s.clone()),
+                        None => s.clone(),
+                    };
+                    (s.id.clone(), s)
+                })
+                .collect(),
+            |_, later| later,
+        );
+        let mut v: Vec<Session> = self
+            .sessions
             .iter()
-            .map(|s| {
-                let s = match self.sessions.get(&s.id) {
-                    Some(pushed) => merge_session(pushed, s.clone()),
-                    None => s.clone(),
-                };
-                (s.id.clone(), s)
-            })
+            .filter(|(id, s)| s.task_id == task_id && !merged.contains(id))
+            .map(|(_, s)| s.clone())
             .collect();
-        for (id, s) in &self.sessions {
-            if s.task_id == task_id && !merged.contains_key(id) {
-                merged.insert(id.clone(), s.clone());
-            }
-        }
-        let mut v: Vec<Session> = merged.into_values().collect();
+        v.extend(merged.into_values());
         v.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         v
     }

@@ -1,8 +1,7 @@
 //! Tasks: merged by `updated_at` for their own fields and by summary revision (P3) for the
 //! summary and the pending icon.
 
-use std::collections::BTreeMap;
-
+use super::{IdMap, IdSet};
 use crate::model::{Notification, Summary, Task};
 
 fn summary_revision(t: &Task) -> i64 {
@@ -44,9 +43,9 @@ pub fn apply_summary(task: &mut Task, summary: Summary) -> bool {
 /// bring one back).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TaskBook {
-    pub tasks: BTreeMap<String, Task>,
-    pub summaries: BTreeMap<String, Summary>,
-    pub deleted: std::collections::BTreeSet<String>,
+    pub tasks: IdMap<Task>,
+    pub summaries: IdMap<Summary>,
+    pub deleted: IdSet,
 }
 
 impl TaskBook {
@@ -70,7 +69,7 @@ impl TaskBook {
                 before.as_ref() != self.tasks.get(&task.id)
             }
             Notification::TaskDeleted { task_id } => {
-                self.deleted.insert(task_id.clone());
+                self.deleted.add(task_id.clone());
                 self.summaries.remove(task_id);
                 self.tasks.remove(task_id).is_some()
             }
@@ -109,25 +108,26 @@ impl TaskBook {
     /// dropped, most recently updated first (the sidebar's order), ties by id. Tasks known
     /// only from pushes are included when `keep` accepts them.
     pub fn view(&self, base: &[Task], keep: impl Fn(&Task) -> bool) -> Vec<Task> {
-        let mut merged: BTreeMap<String, Task> = BTreeMap::new();
-        for t in base.iter().filter(|t| !self.deleted.contains(&t.id)) {
-            let t = match merged.remove(&t.id) {
-                // The same task on two snapshots (a page and the pending list): the newer.
-                Some(seen) => merge_task(&seen, t.clone()),
-                None => t.clone(),
-            };
-            merged.insert(t.id.clone(), t);
-        }
-        let mut merged: BTreeMap<String, Task> = merged
-            .into_iter()
-            .map(|(id, t)| (id, self.with_pushes(t)))
+        // The same task on two snapshots (a page and the pending list): the newer.
+        let merged = IdMap::from_pairs(
+            base.iter()
+                .filter(|t| !self.deleted.contains(&t.id))
+                .map(|t| (t.id.clone(), t.clone()))
+                .collect(),
+            |seen, t| merge_task(&seen, t),
+        );
+        let mut v: Vec<Task> = self
+            .tasks
+            .iter()
+            .filter(|(id, t)| !merged.contains(id) && keep(t))
+            .map(|(_, t)| t.clone())
             .collect();
-        for (id, t) in &self.tasks {
-            if !merged.contains_key(id) && keep(t) {
-                merged.insert(id.clone(), t.clone());
-            }
-        }
-        let mut v: Vec<Task> = merged.into_values().filter(|t| keep(t)).collect();
+        v.extend(
+            merged
+                .into_values()
+                .map(|t| self.with_pushes(t))
+                .filter(|t| keep(t)),
+        );
         v.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
         v
     }
