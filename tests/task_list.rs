@@ -10,6 +10,7 @@ use support::{Api, TestServer};
 
 both_http!(
     tasks_are_paged_newest_update_first,
+    a_page_carries_each_task_as_reading_it_alone_does,
     the_task_list_filters_by_title_pending_and_archived,
     bad_list_parameters_get_clear_errors,
     transcripts_page_upward_and_agent_text_is_sanitized_markdown,
@@ -73,6 +74,52 @@ async fn tasks_are_paged_newest_update_first(url: String) {
         ["t2 renamed", "t6", "t5", "t4", "t3", "t1", "t0"],
         "every task once, most recently updated first"
     );
+    server.stop().await;
+}
+
+/// The page is read as one JSON value per page (B2, decision 0021); a task on it is the task
+/// `GET /tasks/{id}` reads row by row: every field, the primary session and the session count,
+/// and text JSON must escape.
+async fn a_page_carries_each_task_as_reading_it_alone_does(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (with_session, session) = api.start_task("/e2e:clarification").await;
+    let odd = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "\"quoted\" back\\slash ünïcødé 🚀 <b>&amp;</b>\ttab" }),
+        )
+        .await
+        .1["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Once the question is pending nothing changes any more.
+    api.pending_id(&session).await;
+    let page = api
+        .wait_for("/api/v1/tasks", "the task with its question", |v| {
+            v["tasks"].as_array().is_some_and(|t| {
+                t.iter().any(|t| {
+                    t["id"] == with_session.as_str() && !t["task_pending_action"].is_null()
+                })
+            })
+        })
+        .await;
+    for id in [&with_session, &odd] {
+        let listed = page["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id.as_str())
+            .unwrap_or_else(|| panic!("{id} is on the page: {page}"))
+            .clone();
+        let (status, alone) = api.get(&format!("/api/v1/tasks/{id}")).await;
+        assert_eq!(status, 200, "{alone}");
+        assert_eq!(listed, alone);
+    }
+    let with_session = api.get(&format!("/api/v1/tasks/{with_session}")).await.1;
+    assert_eq!(with_session["session_count"], 1);
+    assert!(with_session["primary_session_id"].is_string());
     server.stop().await;
 }
 

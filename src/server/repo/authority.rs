@@ -135,14 +135,13 @@ fn pending_actions(backend: Backend) -> String {
 /// Every session of the given tasks (id, task, state, primary flag) with its P1 pending action.
 /// The current turn is looked up only for input-capable sessions (the others have none). The
 /// rows come back as one JSON array of `[session_id, task_id, state, is_primary,
-/// pending_action]`: sqlx's SQLite driver copies every value and hands over each row
-/// separately, which cost more than the query for a page of tasks (B2, decision 0020).
+/// pending_action]` ([`super::sql::json_rows`]).
 fn task_sessions(backend: Backend) -> String {
-    let row = "cur.session_id, cur.task_id, cur.state, cur.is_primary, cur.pending_action";
-    let rows = match backend {
-        Backend::Sqlite => format!("json_group_array(json_array({row}))"),
-        Backend::Postgres => format!("COALESCE(json_agg(json_build_array({row})), '[]')::text"),
-    };
+    let rows = super::sql::json_rows(
+        backend,
+        "cur.session_id, cur.task_id, cur.state, cur.is_primary, cur.pending_action",
+        "",
+    );
     format!(
         "WITH cur AS ( \
            SELECT s.id AS session_id, s.task_id AS task_id, s.state AS state, \

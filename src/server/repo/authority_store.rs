@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Row, Type};
 
 use super::authority::{BUNDLE_COLUMNS, SQL};
-use super::sql::{RowsAffected, SqlBackend, SqlRepository, json, stmt};
+use super::sql::{JsonBool, RowsAffected, SqlBackend, SqlRepository, json, rows_from_json, stmt};
 use super::{BundleRecord, BundleView, Claim, ClaimOutcome, QuestionRow, RepoError, RepoResult};
 use crate::model::{BundleStatus, PendingAction, SessionState};
 use crate::server::time::Micros;
@@ -120,19 +120,15 @@ where
             .bind(json(task_ids))
             .fetch_one(&self.pool)
             .await?;
-        type Row = (String, String, String, serde_json::Value, Option<String>);
-        let rows: Vec<Row> = serde_json::from_str(&rows)
-            .map_err(|e| RepoError::Corrupt(format!("task sessions: {e}")))?;
+        type Row = (String, String, String, JsonBool, Option<String>);
+        let rows: Vec<Row> = rows_from_json(&rows, "task sessions")?;
         rows.into_iter()
             .map(|(session_id, task_id, state, is_primary, action)| {
                 Ok(TaskSession {
                     session_id,
                     task_id,
                     state: state.parse().map_err(RepoError::Corrupt)?,
-                    // SQLite stores booleans as 0/1.
-                    is_primary: is_primary
-                        .as_bool()
-                        .unwrap_or(is_primary.as_i64() == Some(1)),
+                    is_primary: is_primary.0,
                     pending_action: action
                         .map(|a| a.parse::<PendingAction>())
                         .transpose()

@@ -80,6 +80,59 @@ pub(super) fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).expect("serializing plain data cannot fail")
 }
 
+/// The rows of a statement as one JSON array of arrays (`row` is the columns, `order` an
+/// `ORDER BY …` or ""): one value for the driver to hand over instead of a value per column.
+/// sqlx's SQLite driver copies every value and passes each row between threads, which cost
+/// more than the queries of a task-list page (B2, decisions 0020 and 0021).
+pub(super) fn json_rows(backend: Backend, row: &str, order: &str) -> String {
+    match backend {
+        Backend::Sqlite => format!("json_group_array(json_array({row}) {order})"),
+        Backend::Postgres => {
+            format!("COALESCE(json_agg(json_build_array({row}) {order}), '[]')::text")
+        }
+    }
+}
+
+/// Reads what [`json_rows`] wrote; `what` names it in the error.
+pub(super) fn rows_from_json<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: &str,
+) -> Result<Vec<T>, RepoError> {
+    serde_json::from_str(text).map_err(|e| RepoError::Corrupt(format!("{what}: {e}")))
+}
+
+/// A boolean column read through [`json_rows`]: PostgreSQL writes `true`, SQLite (whose
+/// booleans are integers) `1`.
+pub(super) struct JsonBool(pub bool);
+
+impl<'de> serde::Deserialize<'de> for JsonBool {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = JsonBool;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a boolean, or 0 or 1")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<JsonBool, E> {
+                Ok(JsonBool(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<JsonBool, E> {
+                match v {
+                    0 | 1 => Ok(JsonBool(v == 1)),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Unsigned(v), &self)),
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<JsonBool, E> {
+                match v {
+                    0 | 1 => Ok(JsonBool(v == 1)),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Signed(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 /// Builds a `'static` statement once per call site (sqlx only takes `&'static str` or audited
 /// strings). Every piece is a compile-time constant of this module or `authority`; a call site
 /// in generic code has one static for both backends (the text is the same).
@@ -156,5 +209,20 @@ where
 
     fn postgres_options(&self) -> Option<sqlx::postgres::PgConnectOptions> {
         DB::postgres_options(&self.pool)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JsonBool;
+
+    #[test]
+    fn a_json_boolean_is_true_false_1_or_0_and_nothing_else() {
+        let read = |t: &str| serde_json::from_str::<JsonBool>(t).map(|b| b.0);
+        assert!(read("true").unwrap() && read("1").unwrap());
+        assert!(!read("false").unwrap() && !read("0").unwrap());
+        for bad in ["2", "-1", "\"true\"", "null", "1.0"] {
+            assert!(read(bad).is_err(), "{bad}");
+        }
     }
 }

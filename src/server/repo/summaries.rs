@@ -6,12 +6,35 @@ use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Type};
 
 use super::sql::{
-    CAS_SUMMARY_INSERT, CAS_SUMMARY_UPDATE, RowsAffected, SqlBackend, SqlRepository, json,
-    stmt_with_ids,
+    CAS_SUMMARY_INSERT, CAS_SUMMARY_UPDATE, JsonBool, RowsAffected, SqlBackend, SqlRepository,
+    json, json_rows, rows_from_json,
 };
 use super::{Backend, CasOutcome, RepoResult, SummaryRecord, SummaryRow, SummaryWrite};
 use crate::model::SummaryBody;
 use crate::server::time::Micros;
+
+/// The summaries of the tasks in `$1` (a JSON array of ids) as one JSON array ([`json_rows`])
+/// of `[task_id, revision, summary, invalidated, updated_at]`: a task-list page reads one per
+/// task (B2).
+fn summaries_statement(backend: Backend) -> &'static str {
+    static S: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
+        [Backend::Sqlite, Backend::Postgres].map(|b| {
+            format!(
+                "SELECT {} FROM task_status_summaries s WHERE s.task_id IN ({})",
+                json_rows(
+                    b,
+                    "s.task_id, s.revision, s.summary, s.invalidated, s.updated_at",
+                    ""
+                ),
+                super::authority::ids_from_json(b)
+            )
+        })
+    });
+    match backend {
+        Backend::Sqlite => &S[0],
+        Backend::Postgres => &S[1],
+    }
+}
 
 #[async_trait]
 pub trait SummaryStore: Send + Sync {
@@ -66,6 +89,7 @@ where
     for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'r> SummaryRow: FromRow<'r, DB::Row>,
     for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB>,
     usize: ColumnIndex<DB::Row>,
 {
     async fn bump_epoch(&self) -> RepoResult<i64> {
@@ -107,16 +131,26 @@ where
         &self,
         task_ids: &[String],
     ) -> RepoResult<HashMap<String, SummaryRecord>> {
-        let rows = sqlx::query_as::<DB, SummaryRow>(stmt_with_ids!(
-            DB::KIND,
-            "SELECT task_id, revision, summary, invalidated, updated_at FROM task_status_summaries \
-             WHERE task_id IN ({})"
-        ))
-        .bind(json(task_ids))
-        .fetch_all(&self.pool)
-        .await?;
+        if task_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let rows: String = sqlx::query_scalar::<DB, String>(summaries_statement(DB::KIND))
+            .bind(json(task_ids))
+            .fetch_one(&self.pool)
+            .await?;
+        let rows: Vec<(String, i64, String, JsonBool, Micros)> =
+            rows_from_json(&rows, "summaries")?;
         rows.into_iter()
-            .map(|r| r.into_record().map(|s| (s.task_id.clone(), s)))
+            .map(|(task_id, revision, summary, invalidated, updated_at)| {
+                let row = SummaryRow {
+                    task_id,
+                    revision,
+                    summary,
+                    invalidated: invalidated.0,
+                    updated_at,
+                };
+                row.into_record().map(|s| (s.task_id.clone(), s))
+            })
             .collect()
     }
 

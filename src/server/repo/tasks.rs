@@ -1,11 +1,48 @@
 //! Tasks and the paged task list.
 
 use async_trait::async_trait;
-use sqlx::{Encode, Executor, FromRow, Type};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Type};
 
-use super::sql::{RowsAffected, SqlBackend, SqlRepository, TASK_PAGE_FILTER, TASK_SELECT, stmt};
-use super::{NewTask, RepoError, RepoResult, TaskFilter, TaskPatch, TaskRecord, new_id};
+use super::sql::{
+    RowsAffected, SqlBackend, SqlRepository, TASK_PAGE_FILTER, TASK_SELECT, json_rows,
+    rows_from_json, stmt,
+};
+use super::{Backend, NewTask, RepoError, RepoResult, TaskFilter, TaskPatch, TaskRecord, new_id};
 use crate::server::time::Micros;
+
+/// A task-list page as one JSON array ([`json_rows`]) of `[id, title, description, state,
+/// workflow_id, step_id, archived_at, created_at, updated_at, primary_session_id,
+/// session_count]` (the fields of [`TaskRecord`]), newest first. Two texts per backend, so
+/// each planner sees the literal predicate of its partial index (archived or not).
+fn page_statement(backend: Backend, archived: bool) -> &'static str {
+    static S: std::sync::LazyLock<[String; 4]> = std::sync::LazyLock::new(|| {
+        let row = "p.id, p.title, p.description, p.state, p.workflow_id, p.step_id, \
+                   p.archived_at, p.created_at, p.updated_at, p.primary_session_id, p.session_count";
+        let order = "ORDER BY p.updated_at DESC, p.id DESC";
+        let page = |archived: bool| {
+            let archived = if archived { "IS NOT NULL" } else { "IS NULL" };
+            format!("{TASK_SELECT} WHERE t.archived_at {archived} AND {TASK_PAGE_FILTER}")
+        };
+        [
+            (Backend::Sqlite, false),
+            (Backend::Sqlite, true),
+            (Backend::Postgres, false),
+            (Backend::Postgres, true),
+        ]
+        .map(|(b, archived)| {
+            format!(
+                "SELECT {} FROM ({}) AS p",
+                json_rows(b, row, order),
+                page(archived)
+            )
+        })
+    });
+    let backend = match backend {
+        Backend::Sqlite => 0,
+        Backend::Postgres => 2,
+    };
+    S[backend + usize::from(archived)].as_str()
+}
 
 #[async_trait]
 pub trait TaskStore: Send + Sync {
@@ -42,6 +79,8 @@ where
     for<'q> Option<String>: Encode<'q, DB>,
     for<'q> Option<i64>: Encode<'q, DB>,
     for<'r> TaskRecord: FromRow<'r, DB::Row>,
+    for<'r> String: Decode<'r, DB>,
+    usize: ColumnIndex<DB::Row>,
 {
     async fn create_task(&self, new: &NewTask, at: Micros) -> RepoResult<TaskRecord> {
         if new.title.trim().is_empty() {
@@ -83,24 +122,63 @@ where
     }
 
     async fn list_tasks_page(&self, filter: &TaskFilter) -> RepoResult<Vec<TaskRecord>> {
-        // Two statements so each planner sees the literal predicate of its partial index.
-        let sql = if filter.archived {
-            stmt!("{TASK_SELECT} WHERE t.archived_at IS NOT NULL AND {TASK_PAGE_FILTER}")
-        } else {
-            stmt!("{TASK_SELECT} WHERE t.archived_at IS NULL AND {TASK_PAGE_FILTER}")
-        };
         let (after_at, after_id) = match &filter.after {
             Some((at, id)) => (Some(*at), Some(id.as_str())),
             None => (None, None),
         };
-        Ok(sqlx::query_as::<DB, TaskRecord>(sql)
-            .bind(filter.title_like.as_deref())
-            .bind(filter.pending_only)
-            .bind(after_at)
-            .bind(after_id)
-            .bind(filter.limit)
-            .fetch_all(&self.pool)
-            .await?)
+        let rows: String =
+            sqlx::query_scalar::<DB, String>(page_statement(DB::KIND, filter.archived))
+                .bind(filter.title_like.as_deref())
+                .bind(filter.pending_only)
+                .bind(after_at)
+                .bind(after_id)
+                .bind(filter.limit)
+                .fetch_one(&self.pool)
+                .await?;
+        type Row = (
+            String,
+            String,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            Option<Micros>,
+            Micros,
+            Micros,
+            Option<String>,
+            i64,
+        );
+        let rows: Vec<Row> = rows_from_json(&rows, "task page")?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(
+                    id,
+                    title,
+                    description,
+                    state,
+                    workflow_id,
+                    step_id,
+                    archived_at,
+                    created_at,
+                    updated_at,
+                    primary_session_id,
+                    session_count,
+                )| TaskRecord {
+                    id,
+                    title,
+                    description,
+                    state,
+                    workflow_id,
+                    step_id,
+                    archived_at,
+                    created_at,
+                    updated_at,
+                    primary_session_id,
+                    session_count,
+                },
+            )
+            .collect())
     }
 
     async fn update_task(
