@@ -11,8 +11,9 @@ use crate::api::settings::list_agent_profiles;
 use crate::api::tasks::get_task;
 use crate::api::transcript::{cancel_session, create_session, task_sessions};
 use crate::client::selection::Choice;
-use crate::model::{PendingAction, Session, SessionState, Task};
+use crate::model::{AgentProfile, PendingAction, Session, SessionState, Task};
 use crate::ui::chat::ChatPanel;
+use crate::ui::client_only::ClientOnly;
 use crate::ui::drawer::Drawer;
 use crate::ui::live::Live;
 use crate::ui::load::load_latest;
@@ -231,57 +232,71 @@ fn SessionTab(s: Session, task_id: Memo<String>, selected: Memo<Option<String>>)
 }
 
 /// The new-session form's code is its own wasm chunk, fetched when it is first opened (B7).
+/// It is built only in the browser, after a click: [`ClientOnly`] keeps its hydration code out.
 #[lazy]
 fn new_session_chunk(task_id: Memo<String>, adding: RwSignal<bool>) -> AnyView {
-    view! { <NewSession task_id on_started=move || adding.set(false) /> }.into_any()
+    ClientOnly(new_session(task_id, adding)).into_any()
 }
 
-#[component]
-fn NewSession<F>(task_id: Memo<String>, on_started: F) -> impl IntoView
-where
-    F: Fn() + Copy + Send + Sync + 'static,
-{
-    let profiles = Resource::new(|| (), |_| list_agent_profiles());
-    let profile = RwSignal::new(String::new());
-    let prompt = RwSignal::new(String::new());
-    let navigate = use_navigate();
-    let start = Action::new(move |(task, profile, prompt): &(String, String, String)| {
-        let (task, profile, prompt) = (task.clone(), profile.clone(), prompt.clone());
-        async move { create_session(task, Some(profile), prompt).await }
-    });
-    Effect::new(move |_| {
-        if let Some(Ok(session)) = start.value().get() {
-            on_started();
-            navigate(
-                &format!("/t/{}?session={session}", task_id.get_untracked()),
-                Default::default(),
-            );
+/// A plain function rather than a component, with signals and `spawn_local` rather than a
+/// resource, `Suspense` and an action: each of those erases its view and compiles hydration
+/// code again (decision 0013).
+fn new_session(task_id: Memo<String>, adding: RwSignal<bool>) -> impl IntoView {
+    let profiles = RwSignal::new(Vec::<AgentProfile>::new());
+    leptos::task::spawn_local(async move {
+        if let Ok(list) = list_agent_profiles().await {
+            profiles.try_set(list);
         }
     });
+    let profile = RwSignal::new(String::new());
+    let prompt = RwSignal::new(String::new());
+    let sending = RwSignal::new(false);
+    let error = RwSignal::new(None::<String>);
+    let navigate = use_navigate();
+    let start = move || {
+        if sending.get_untracked() {
+            return;
+        }
+        sending.set(true);
+        error.set(None);
+        let task = task_id.get_untracked();
+        let (chosen, text) = (profile.get_untracked(), prompt.get_untracked());
+        let navigate = navigate.clone();
+        leptos::task::spawn_local(async move {
+            let started = create_session(task.clone(), Some(chosen), text).await;
+            sending.try_set(false);
+            match started {
+                Ok(session) => {
+                    adding.try_set(false);
+                    navigate(&format!("/t/{task}?session={session}"), Default::default());
+                }
+                Err(e) => {
+                    error.try_set(Some(e.to_string()));
+                }
+            }
+        });
+    };
     view! {
         <form
             class="new-session"
             aria-label="Start another session"
             on:submit=move |e| {
                 e.prevent_default();
-                start.dispatch((task_id.get_untracked(), profile.get_untracked(), prompt.get_untracked()));
+                start();
             }
         >
             <label>
                 "Agent "
                 <select aria-label="Agent profile" on:change=move |e| profile.set(event_target_value(&e))>
                     <option value="">"mock (bundled)"</option>
-                    <Suspense>
-                        {move || Suspend::new(async move {
-                            profiles
-                                .await
-                                .unwrap_or_default()
-                                .into_iter()
-                                .filter(|p| p.name != "mock")
-                                .map(|p| view! { <option value=p.id.clone()>{p.name.clone()}</option> })
-                                .collect_view()
-                        })}
-                    </Suspense>
+                    {move || {
+                        profiles
+                            .get()
+                            .into_iter()
+                            .filter(|p| p.name != "mock")
+                            .map(|p| view! { <option value=p.id.clone()>{p.name.clone()}</option> })
+                            .collect_view()
+                    }}
                 </select>
             </label>
             <textarea
@@ -291,8 +306,8 @@ where
                 prop:value=move || prompt.get()
                 on:input=move |e| prompt.set(event_target_value(&e))
             ></textarea>
-            <button type="submit" data-testid="session-new-start" disabled=move || start.pending().get()>"Start"</button>
-            {move || start.value().get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
+            <button type="submit" data-testid="session-new-start" disabled=move || sending.get()>"Start"</button>
+            {move || error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
         </form>
     }
 }
