@@ -4,20 +4,25 @@ use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Type};
 
 use super::sql::{
-    RowsAffected, SqlBackend, SqlRepository, TASK_PAGE_FILTER, TASK_SELECT, json_rows,
+    JsonBool, RowsAffected, SqlBackend, SqlRepository, TASK_PAGE_FILTER, TASK_SELECT, json_rows,
     rows_from_json, stmt,
 };
-use super::{Backend, NewTask, RepoError, RepoResult, TaskFilter, TaskPatch, TaskRecord, new_id};
+use super::{
+    Backend, NewTask, RepoError, RepoResult, SummaryRecord, SummaryRow, TaskFilter, TaskPatch,
+    TaskRecord, new_id,
+};
 use crate::server::time::Micros;
 
 /// A task-list page as one JSON array ([`json_rows`]) of `[id, title, description, state,
 /// workflow_id, step_id, archived_at, created_at, updated_at, primary_session_id,
-/// session_count]` (the fields of [`TaskRecord`]), newest first. Two texts per backend, so
-/// each planner sees the literal predicate of its partial index (archived or not).
+/// session_count` (the fields of [`TaskRecord`]) `, revision, summary, invalidated,
+/// summary_updated_at]` (the stored summary, nulls without one), newest first. Two texts per
+/// backend, so each planner sees the literal predicate of its partial index (archived or not).
 fn page_statement(backend: Backend, archived: bool) -> &'static str {
     static S: std::sync::LazyLock<[String; 4]> = std::sync::LazyLock::new(|| {
         let row = "p.id, p.title, p.description, p.state, p.workflow_id, p.step_id, \
-                   p.archived_at, p.created_at, p.updated_at, p.primary_session_id, p.session_count";
+                   p.archived_at, p.created_at, p.updated_at, p.primary_session_id, p.session_count, \
+                   s.revision, s.summary, s.invalidated, s.updated_at";
         let order = "ORDER BY p.updated_at DESC, p.id DESC";
         let page = |archived: bool| {
             let archived = if archived { "IS NOT NULL" } else { "IS NULL" };
@@ -31,7 +36,8 @@ fn page_statement(backend: Backend, archived: bool) -> &'static str {
         ]
         .map(|(b, archived)| {
             format!(
-                "SELECT {} FROM ({}) AS p",
+                "SELECT {} FROM ({}) AS p \
+                 LEFT JOIN task_status_summaries s ON s.task_id = p.id",
                 json_rows(b, row, order),
                 page(archived)
             )
@@ -53,8 +59,12 @@ pub trait TaskStore: Send + Sync {
     /// Every task, newest first (start-up reconciliation).
     async fn list_tasks(&self) -> RepoResult<Vec<TaskRecord>>;
 
-    /// One page of the task list (most recently updated first).
-    async fn list_tasks_page(&self, filter: &TaskFilter) -> RepoResult<Vec<TaskRecord>>;
+    /// One page of the task list (most recently updated first), each task with its stored
+    /// summary, read in one statement (B2).
+    async fn list_tasks_page(
+        &self,
+        filter: &TaskFilter,
+    ) -> RepoResult<Vec<(TaskRecord, Option<SummaryRecord>)>>;
 
     async fn update_task(
         &self,
@@ -121,7 +131,10 @@ where
         .await?)
     }
 
-    async fn list_tasks_page(&self, filter: &TaskFilter) -> RepoResult<Vec<TaskRecord>> {
+    async fn list_tasks_page(
+        &self,
+        filter: &TaskFilter,
+    ) -> RepoResult<Vec<(TaskRecord, Option<SummaryRecord>)>> {
         let (after_at, after_id) = match &filter.after {
             Some((at, id)) => (Some(*at), Some(id.as_str())),
             None => (None, None),
@@ -135,6 +148,7 @@ where
                 .bind(filter.limit)
                 .fetch_one(&self.pool)
                 .await?;
+        // One flat row: the task's eleven columns, then the summary's four.
         type Row = (
             String,
             String,
@@ -147,12 +161,15 @@ where
             Micros,
             Option<String>,
             i64,
+            Option<i64>,
+            Option<String>,
+            Option<JsonBool>,
+            Option<Micros>,
         );
         let rows: Vec<Row> = rows_from_json(&rows, "task page")?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(
+        rows.into_iter()
+            .map(|row| {
+                let (
                     id,
                     title,
                     description,
@@ -164,7 +181,25 @@ where
                     updated_at,
                     primary_session_id,
                     session_count,
-                )| TaskRecord {
+                    revision,
+                    summary,
+                    invalidated,
+                    summary_at,
+                ) = row;
+                let summary = match (revision, summary, invalidated, summary_at) {
+                    (Some(revision), Some(summary), Some(invalidated), Some(at)) => Some(
+                        SummaryRow {
+                            task_id: id.clone(),
+                            revision,
+                            summary,
+                            invalidated: invalidated.0,
+                            updated_at: at,
+                        }
+                        .into_record()?,
+                    ),
+                    _ => None,
+                };
+                let task = TaskRecord {
                     id,
                     title,
                     description,
@@ -176,9 +211,10 @@ where
                     updated_at,
                     primary_session_id,
                     session_count,
-                },
-            )
-            .collect())
+                };
+                Ok((task, summary))
+            })
+            .collect()
     }
 
     async fn update_task(

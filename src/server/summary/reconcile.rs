@@ -30,10 +30,20 @@ pub async fn reconcile(
     state: &AppState,
     task_ids: &[String],
 ) -> RepoResult<(HashMap<String, Projection>, HashMap<String, Reconciled>)> {
+    let stored = state.repo.get_summaries(task_ids).await?;
+    reconcile_stored(state, task_ids, stored).await
+}
+
+/// [`reconcile`] with the stored summaries already read (the task list reads them with its
+/// page in one statement, B2). They must have been read before this reads the authority.
+pub async fn reconcile_stored(
+    state: &AppState,
+    task_ids: &[String],
+    mut stored: HashMap<String, SummaryRecord>,
+) -> RepoResult<(HashMap<String, Projection>, HashMap<String, Reconciled>)> {
     // The stored summaries first, then the authority: a change projected between the two
     // reads has bumped the revision, so the older view read here loses its compare-and-set
     // instead of being written back over the newer summary.
-    let mut stored = state.repo.get_summaries(task_ids).await?;
     if let Some(first) = task_ids.first() {
         state.hooks.run(Point::ReconcileReads, first).await;
     }

@@ -3,9 +3,11 @@
 
 use crate::model::limits;
 use crate::model::{AppError, Task, TaskPage, TaskQuery};
-use crate::server::repo::{TaskFilter, TaskRecord};
+use std::collections::HashMap;
+
+use crate::server::repo::{SummaryRecord, TaskFilter, TaskRecord};
 use crate::server::state::AppState;
-use crate::server::summary::reconcile::{Reconciled, reconcile};
+use crate::server::summary::reconcile::{Reconciled, reconcile, reconcile_stored};
 use crate::server::time::format_micros;
 
 /// One page of the task list; only the page is reconciled (P7).
@@ -33,15 +35,24 @@ pub async fn list_tasks(state: &AppState, query: &TaskQuery) -> Result<TaskPage,
         // One more than asked: whether another page exists.
         limit: i64::from(limit) + 1,
     };
-    let mut records = state.repo.list_tasks_page(&filter).await?;
-    let next_cursor = if records.len() > limit as usize {
-        records.truncate(limit as usize);
-        records.last().map(|t| encode_cursor(t.updated_at, &t.id))
+    let mut rows = state.repo.list_tasks_page(&filter).await?;
+    let next_cursor = if rows.len() > limit as usize {
+        rows.truncate(limit as usize);
+        rows.last().map(|(t, _)| encode_cursor(t.updated_at, &t.id))
     } else {
         None
     };
+    // The stored summaries came with the page, read before the authority (P7).
+    let mut records = Vec::with_capacity(rows.len());
+    let mut stored = HashMap::with_capacity(rows.len());
+    for (task, summary) in rows {
+        if let Some(summary) = summary {
+            stored.insert(task.id.clone(), summary);
+        }
+        records.push(task);
+    }
     Ok(TaskPage {
-        tasks: views(state, records).await?,
+        tasks: views(state, records, Some(stored)).await?,
         epoch: state.epoch.to_string(),
         next_cursor,
     })
@@ -72,12 +83,20 @@ pub async fn get_task(state: &AppState, id: &str) -> Result<Task, AppError> {
         .get_task(id)
         .await?
         .ok_or_else(|| AppError::NotFound(format!("task {id}")))?;
-    Ok(views(state, vec![record]).await?.remove(0))
+    Ok(views(state, vec![record], None).await?.remove(0))
 }
 
-async fn views(state: &AppState, records: Vec<TaskRecord>) -> Result<Vec<Task>, AppError> {
+/// Tasks for the wire, reconciled (P7); `stored` are their summaries when already read.
+async fn views(
+    state: &AppState,
+    records: Vec<TaskRecord>,
+    stored: Option<HashMap<String, SummaryRecord>>,
+) -> Result<Vec<Task>, AppError> {
     let ids: Vec<String> = records.iter().map(|t| t.id.clone()).collect();
-    let (mut projections, mut summaries) = reconcile(state, &ids).await?;
+    let (mut projections, mut summaries) = match stored {
+        Some(stored) => reconcile_stored(state, &ids, stored).await?,
+        None => reconcile(state, &ids).await?,
+    };
     Ok(records
         .into_iter()
         .map(|record| {
