@@ -92,7 +92,9 @@ impl AgentProfileRecord {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+/// Also read by position from a JSON array (the task-list page, `tasks.rs`): keep the field
+/// order of the page statement's inner array.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow, serde::Deserialize)]
 pub struct TaskRecord {
     pub id: String,
     pub title: String,

@@ -13,16 +13,21 @@ use super::{
 };
 use crate::server::time::Micros;
 
-/// A task-list page as one JSON array ([`json_rows`]) of `[id, title, description, state,
+/// A task-list page as one JSON array ([`json_rows`]) of `[[id, title, description, state,
 /// workflow_id, step_id, archived_at, created_at, updated_at, primary_session_id,
-/// session_count` (the fields of [`TaskRecord`]) `, revision, summary, invalidated,
-/// summary_updated_at]` (the stored summary, nulls without one), newest first. Two texts per
-/// backend, so each planner sees the literal predicate of its partial index (archived or not).
+/// session_count], revision, summary, invalidated, summary_updated_at]`: the task (the fields
+/// of [`TaskRecord`] in order, read by position) and its stored summary (nulls without one),
+/// newest first. Two texts per backend, so each planner sees the literal predicate of its
+/// partial index (archived or not).
 fn page_statement(backend: Backend, archived: bool) -> &'static str {
     static S: std::sync::LazyLock<[String; 4]> = std::sync::LazyLock::new(|| {
-        let row = "p.id, p.title, p.description, p.state, p.workflow_id, p.step_id, \
-                   p.archived_at, p.created_at, p.updated_at, p.primary_session_id, p.session_count, \
-                   s.revision, s.summary, s.invalidated, s.updated_at";
+        let task = "p.id, p.title, p.description, p.state, p.workflow_id, p.step_id, \
+                    p.archived_at, p.created_at, p.updated_at, p.primary_session_id, p.session_count";
+        // Both databases nest an array built by a JSON function as JSON, not as text.
+        let nested = |backend| match backend {
+            Backend::Sqlite => format!("json_array({task})"),
+            Backend::Postgres => format!("json_build_array({task})"),
+        };
         let order = "ORDER BY p.updated_at DESC, p.id DESC";
         let page = |archived: bool| {
             let archived = if archived { "IS NOT NULL" } else { "IS NULL" };
@@ -38,7 +43,14 @@ fn page_statement(backend: Backend, archived: bool) -> &'static str {
             format!(
                 "SELECT {} FROM ({}) AS p \
                  LEFT JOIN task_status_summaries s ON s.task_id = p.id",
-                json_rows(b, row, order),
+                json_rows(
+                    b,
+                    &format!(
+                        "{}, s.revision, s.summary, s.invalidated, s.updated_at",
+                        nested(b)
+                    ),
+                    order
+                ),
                 page(archived)
             )
         })
@@ -148,19 +160,8 @@ where
                 .bind(filter.limit)
                 .fetch_one(&self.pool)
                 .await?;
-        // One flat row: the task's eleven columns, then the summary's four.
         type Row = (
-            String,
-            String,
-            String,
-            String,
-            Option<String>,
-            Option<String>,
-            Option<Micros>,
-            Micros,
-            Micros,
-            Option<String>,
-            i64,
+            TaskRecord,
             Option<i64>,
             Option<String>,
             Option<JsonBool>,
@@ -168,28 +169,11 @@ where
         );
         let rows: Vec<Row> = rows_from_json(&rows, "task page")?;
         rows.into_iter()
-            .map(|row| {
-                let (
-                    id,
-                    title,
-                    description,
-                    state,
-                    workflow_id,
-                    step_id,
-                    archived_at,
-                    created_at,
-                    updated_at,
-                    primary_session_id,
-                    session_count,
-                    revision,
-                    summary,
-                    invalidated,
-                    summary_at,
-                ) = row;
-                let summary = match (revision, summary, invalidated, summary_at) {
+            .map(|(task, revision, summary, invalidated, at)| {
+                let summary = match (revision, summary, invalidated, at) {
                     (Some(revision), Some(summary), Some(invalidated), Some(at)) => Some(
                         SummaryRow {
-                            task_id: id.clone(),
+                            task_id: task.id.clone(),
                             revision,
                             summary,
                             invalidated: invalidated.0,
@@ -198,19 +182,6 @@ where
                         .into_record()?,
                     ),
                     _ => None,
-                };
-                let task = TaskRecord {
-                    id,
-                    title,
-                    description,
-                    state,
-                    workflow_id,
-                    step_id,
-                    archived_at,
-                    created_at,
-                    updated_at,
-                    primary_session_id,
-                    session_count,
                 };
                 Ok((task, summary))
             })
