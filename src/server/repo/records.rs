@@ -93,7 +93,9 @@ impl AgentProfileRecord {
 }
 
 /// Also read by position from a JSON array (the task-list page, `tasks.rs`): keep the field
-/// order of the page statement's inner array.
+/// order of the page statement's inner array. The primary session and the session count are
+/// not stored on the task: the views take them from the sessions the loader reads anyway
+/// (`summary::loader::Projection`), so no task read runs a subquery per row (B2).
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow, serde::Deserialize)]
 pub struct TaskRecord {
     pub id: String,
@@ -105,8 +107,6 @@ pub struct TaskRecord {
     pub archived_at: Option<Micros>,
     pub created_at: Micros,
     pub updated_at: Micros,
-    pub primary_session_id: Option<String>,
-    pub session_count: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]

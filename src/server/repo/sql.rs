@@ -9,6 +9,12 @@
 //! Every area implementation repeats a `where` clause: what the statements of that area bind
 //! and decode. Rust does not carry such bounds from a trait to its users, so they are stated
 //! where they are needed; a missing one is a compile error naming the type.
+//!
+//! Bound limits: every `LIMIT` taking a parameter is written `LIMIT $n + 0`. SQLite (3.47 and
+//! later) reads a bare bound `LIMIT` value while planning, and then re-prepares the statement
+//! at every new binding: each list read parsed and planned its statement again (B2: 7% of the
+//! server's CPU in a task-list loop). An expression is not read while planning, so the
+//! statement is prepared once (`sqlite.rs` test `b2_list_reads_never_re_prepare_a_statement`).
 
 use sqlx::{Database, IntoArguments, Pool, Transaction};
 
@@ -19,19 +25,17 @@ use super::{
 use crate::model::Question;
 
 pub(super) const TASK_SELECT: &str = "SELECT t.id, t.title, t.description, t.state, t.workflow_id, \
-    t.step_id, t.archived_at, t.created_at, t.updated_at, \
-    (SELECT s.id FROM sessions s WHERE s.task_id = t.id AND s.is_primary = TRUE) AS primary_session_id, \
-    (SELECT COUNT(*) FROM sessions s WHERE s.task_id = t.id) AS session_count \
-    FROM tasks t";
+    t.step_id, t.archived_at, t.created_at, t.updated_at FROM tasks t";
 
 /// The rest of a task-list page (after the archived predicate): title filter (`$1`, a LIKE
 /// pattern on the lower-cased title), pending only (`$2`, from the summary's P3 column), the
 /// cursor (`$3`, `$4`: before this `updated_at`, `id`), newest first, `$5` rows.
+/// Its `LIMIT` is written `$5 + 0` (module doc, "Bound limits").
 pub(super) const TASK_PAGE_FILTER: &str = "($1 IS NULL OR lower(t.title) LIKE $1 ESCAPE '\\') \
     AND ($2 = FALSE OR EXISTS (SELECT 1 FROM task_status_summaries ps \
                                WHERE ps.task_id = t.id AND ps.pending_action IS NOT NULL)) \
     AND ($3 IS NULL OR t.updated_at < $3 OR (t.updated_at = $3 AND t.id < $4)) \
-    ORDER BY t.updated_at DESC, t.id DESC LIMIT $5";
+    ORDER BY t.updated_at DESC, t.id DESC LIMIT $5 + 0";
 
 /// P3/P6: a summary is created only if absent.
 pub(super) const CAS_SUMMARY_INSERT: &str = "INSERT INTO task_status_summaries \

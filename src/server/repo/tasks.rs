@@ -14,15 +14,15 @@ use super::{
 use crate::server::time::Micros;
 
 /// A task-list page as one JSON array ([`json_rows`]) of `[[id, title, description, state,
-/// workflow_id, step_id, archived_at, created_at, updated_at, primary_session_id,
-/// session_count], revision, summary, invalidated, summary_updated_at]`: the task (the fields
+/// workflow_id, step_id, archived_at, created_at, updated_at], revision, summary, invalidated,
+/// summary_updated_at]`: the task (the fields
 /// of [`TaskRecord`] in order, read by position) and its stored summary (nulls without one),
 /// newest first. Two texts per backend, so each planner sees the literal predicate of its
 /// partial index (archived or not).
 fn page_statement(backend: Backend, archived: bool) -> &'static str {
     static S: std::sync::LazyLock<[String; 4]> = std::sync::LazyLock::new(|| {
         let task = "p.id, p.title, p.description, p.state, p.workflow_id, p.step_id, \
-                    p.archived_at, p.created_at, p.updated_at, p.primary_session_id, p.session_count";
+                    p.archived_at, p.created_at, p.updated_at";
         // Both databases nest an array built by a JSON function as JSON, not as text.
         let nested = |backend| match backend {
             Backend::Sqlite => format!("json_array({task})"),

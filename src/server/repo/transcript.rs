@@ -142,7 +142,7 @@ where
             "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = $1 \
              AND ($2 IS NULL OR (m.created_at, m.id) > \
                   (SELECT a.created_at, a.id FROM messages a WHERE a.id = $2)) \
-             ORDER BY m.created_at, m.id LIMIT $3"
+             ORDER BY m.created_at, m.id LIMIT $3 + 0"
         ))
         .bind(session_id)
         .bind(after)
@@ -161,7 +161,7 @@ where
             "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = $1 \
              AND ($2 IS NULL OR (m.created_at, m.id) < \
                   (SELECT a.created_at, a.id FROM messages a WHERE a.id = $2)) \
-             ORDER BY m.created_at DESC, m.id DESC LIMIT $3"
+             ORDER BY m.created_at DESC, m.id DESC LIMIT $3 + 0"
         ))
         .bind(session_id)
         .bind(before)

@@ -13,6 +13,8 @@ pub struct Projection {
     pub pending_action: Option<PendingAction>,
     pub primary_session: Option<PrimarySessionRef>,
     pub activity: Option<String>,
+    /// How many sessions the task has (the task view's `session_count`; not a summary field).
+    pub session_count: u32,
 }
 
 impl Projection {
@@ -55,6 +57,7 @@ pub async fn load_many(
         let Some(p) = out.get_mut(&s.task_id) else {
             continue;
         };
+        p.session_count += 1;
         p.pending_action = PendingAction::aggregate([p.pending_action, s.pending_action]);
         if s.is_primary {
             p.primary_session = Some(PrimarySessionRef {

@@ -100,10 +100,7 @@ async fn views(
     Ok(records
         .into_iter()
         .map(|record| {
-            let pending = projections
-                .remove(&record.id)
-                .unwrap_or_default()
-                .pending_action;
+            let projection = projections.remove(&record.id).unwrap_or_default();
             let (status_summary, invalidated) = match summaries.remove(&record.id) {
                 Some(Reconciled::Fresh(s)) => (Some(s.to_dto()), false),
                 _ => (None, true),
@@ -111,15 +108,15 @@ async fn views(
             Task {
                 status_summary,
                 status_summary_invalidated: invalidated,
-                task_pending_action: pending,
+                task_pending_action: projection.pending_action,
                 id: record.id,
                 title: record.title,
                 description: record.description,
                 state: record.state,
                 workflow_id: record.workflow_id,
                 step_id: record.step_id,
-                primary_session_id: record.primary_session_id,
-                session_count: record.session_count.max(0) as u32,
+                primary_session_id: projection.primary_session.map(|p| p.id),
+                session_count: projection.session_count,
                 archived: record.archived_at.is_some(),
                 created_at: format_micros(record.created_at),
                 updated_at: format_micros(record.updated_at),
