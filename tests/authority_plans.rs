@@ -218,3 +218,75 @@ async fn b1_postgres_authority_reads_the_same_rows_with_1_or_300_turns() {
     drop(conn);
     support::drop_postgres(&url).await;
 }
+
+/// Rows the executor read from `relation` (returned and filtered out), from an
+/// `EXPLAIN (ANALYZE, FORMAT JSON)` plan.
+fn rows_read_from(node: &Value, relation: &str) -> f64 {
+    let loops = node["Actual Loops"].as_f64().unwrap_or(1.0);
+    let own = if node["Relation Name"].as_str() == Some(relation) {
+        (node["Actual Rows"].as_f64().unwrap_or(0.0)
+            + node["Rows Removed by Filter"].as_f64().unwrap_or(0.0))
+            * loops
+    } else {
+        0.0
+    };
+    own + node["Plans"]
+        .as_array()
+        .map(|plans| plans.iter().map(|p| rows_read_from(p, relation)).sum())
+        .unwrap_or(0.0)
+}
+
+/// B2 on PostgreSQL: a task-list page's batch reads (the sessions of its 100 tasks, their P1
+/// pending actions) read those tasks' sessions, not the whole table, with 10,000 tasks of 3
+/// sessions each and fresh statistics. PostgreSQL planned `IN (SELECT
+/// jsonb_array_elements_text($1))` as a hash semi-join over a scan of all 30,000 sessions
+/// (10 ms per list read); `authority::is_one_of_json_ids` makes it an index condition.
+#[tokio::test]
+async fn b2_postgres_page_batch_reads_only_the_pages_sessions() {
+    let Some(url) = support::postgres_url().await else {
+        return;
+    };
+    repo::connect(&url).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    for sql in [
+        "INSERT INTO tasks (id, title, description, state, created_at, updated_at) \
+         SELECT 't' || g, 'task ' || g, '', 'open', g, g FROM generate_series(1, 10000) g",
+        "INSERT INTO sessions (id, task_id, name, state, is_primary, created_at) \
+         SELECT 's' || g || '-' || k, 't' || g, 's', 'waiting_for_input', k = 1, g \
+         FROM generate_series(1, 10000) g, generate_series(1, 3) k",
+        "ANALYZE",
+    ] {
+        sqlx::query(sql).execute(&mut conn).await.unwrap();
+    }
+    let tasks: Vec<String> = (1..=100).map(|g| format!("t{g}")).collect();
+    let sessions: Vec<String> = (1..=100).map(|g| format!("s{g}-1")).collect();
+    for (name, sql, ids) in [
+        (
+            "task_sessions",
+            SQL.task_sessions(Backend::Postgres),
+            &tasks,
+        ),
+        (
+            "pending_actions",
+            SQL.pending_actions(Backend::Postgres),
+            &sessions,
+        ),
+    ] {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN (ANALYZE, FORMAT JSON) {sql}"
+        )))
+        .bind(serde_json::json!(ids).to_string())
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        let plan: Value =
+            serde_json::from_str(&row.try_get_unchecked::<String, _>(0).unwrap()).unwrap();
+        let read = rows_read_from(&plan[0]["Plan"], "sessions");
+        assert!(
+            read <= 3.0 * 100.0,
+            "{name}: {read} session rows read for 100 ids of 30,000 sessions\n{plan:#}"
+        );
+    }
+    drop(conn);
+    support::drop_postgres(&url).await;
+}

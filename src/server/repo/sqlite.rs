@@ -80,7 +80,7 @@ mod tests {
                 let sql = CStr::from_ptr(sqlite3_sql(stmt))
                     .to_string_lossy()
                     .into_owned();
-                let n = sqlite3_stmt_status(stmt, SQLITE_STMTSTATUS_REPREPARE as i32, 0);
+                let n = sqlite3_stmt_status(stmt, SQLITE_STMTSTATUS_REPREPARE, 0);
                 *out.entry(sql).or_default() += n;
                 stmt = sqlite3_next_stmt(db, stmt);
             }

@@ -20,13 +20,13 @@ fn summaries_statement(backend: Backend) -> &'static str {
     static S: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
         [Backend::Sqlite, Backend::Postgres].map(|b| {
             format!(
-                "SELECT {} FROM task_status_summaries s WHERE s.task_id IN ({})",
+                "SELECT {} FROM task_status_summaries s WHERE {}",
                 json_rows(
                     b,
                     "s.task_id, s.revision, s.summary, s.invalidated, s.updated_at",
                     ""
                 ),
-                super::authority::ids_from_json(b)
+                super::authority::is_one_of_json_ids(b, "s.task_id")
             )
         })
     });
