@@ -236,13 +236,14 @@ fn rows_read_from(node: &Value, relation: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// B2 on PostgreSQL: a task-list page's batch reads (the sessions of its 100 tasks, their P1
-/// pending actions) read those tasks' sessions, not the whole table, with 10,000 tasks of 3
-/// sessions each and fresh statistics. PostgreSQL planned `IN (SELECT
+/// B2 on PostgreSQL: a task-list page (its tasks with their summaries) and its batch reads
+/// (the sessions of its 100 tasks, their P1 pending actions) read those tasks' rows, not whole
+/// tables, with 10,000 tasks of 3 sessions each and fresh statistics. The page joined the
+/// summaries outside its `LIMIT`, which PostgreSQL ran as a hash join over all of them. PostgreSQL planned `IN (SELECT
 /// jsonb_array_elements_text($1))` as a hash semi-join over a scan of all 30,000 sessions
 /// (10 ms per list read); `authority::is_one_of_json_ids` makes it an index condition.
 #[tokio::test]
-async fn b2_postgres_page_batch_reads_only_the_pages_sessions() {
+async fn b2_postgres_page_reads_only_the_pages_rows() {
     let Some(url) = support::postgres_url().await else {
         return;
     };
@@ -254,6 +255,8 @@ async fn b2_postgres_page_batch_reads_only_the_pages_sessions() {
         "INSERT INTO sessions (id, task_id, name, state, is_primary, created_at) \
          SELECT 's' || g || '-' || k, 't' || g, 's', 'waiting_for_input', k = 1, g \
          FROM generate_series(1, 10000) g, generate_series(1, 3) k",
+        "INSERT INTO task_status_summaries (task_id, revision, summary, invalidated, updated_at) \
+         SELECT 't' || g, 1, '{}', FALSE, g FROM generate_series(1, 10000) g",
         "ANALYZE",
     ] {
         sqlx::query(sql).execute(&mut conn).await.unwrap();
@@ -287,6 +290,26 @@ async fn b2_postgres_page_batch_reads_only_the_pages_sessions() {
             "{name}: {read} session rows read for 100 ids of 30,000 sessions\n{plan:#}"
         );
     }
+    // The page itself: its tasks' summaries, not every summary.
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) {}",
+        repo::page_statement(Backend::Postgres, false)
+    )))
+    .bind(None::<String>)
+    .bind(false)
+    .bind(None::<i64>)
+    .bind(None::<String>)
+    .bind(101_i64)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    let plan: Value =
+        serde_json::from_str(&row.try_get_unchecked::<String, _>(0).unwrap()).unwrap();
+    let read = rows_read_from(&plan[0]["Plan"], "task_status_summaries");
+    assert!(
+        read <= 101.0,
+        "page: {read} summary rows read for a page of 101 of 10,000 tasks\n{plan:#}"
+    );
     drop(conn);
     support::drop_postgres(&url).await;
 }

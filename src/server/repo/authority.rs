@@ -97,7 +97,7 @@ impl AuthoritySql {
 /// as a hash semi-join over a scan of the whole table whenever its cost model preferred it:
 /// with 10,000 tasks every task-list read scanned all 30,000 sessions (10 ms). `= ANY(ARRAY(…))`
 /// is an index condition, so the batch reads stay bounded by the ids (B2; test
-/// `b2_postgres_page_batch_reads_only_the_pages_sessions`).
+/// `b2_postgres_page_reads_only_the_pages_rows`).
 pub fn is_one_of_json_ids(backend: Backend, column: &str) -> String {
     match backend {
         Backend::Sqlite => format!("{column} IN (SELECT value FROM json_each($1))"),

@@ -31,6 +31,8 @@ pub use sql::{SqlBackend, SqlRepository};
 pub use sqlite::SqliteRepository;
 pub use summaries::SummaryStore;
 pub use tasks::TaskStore;
+/// The task-list page statement, public so the plan tests can `EXPLAIN` it.
+pub use tasks::page_statement;
 pub use transcript::TranscriptStore;
 pub use workflows::WorkflowStore;
 
