@@ -24,15 +24,8 @@ use super::{
 };
 use crate::model::Question;
 
-/// A task's columns (table `tasks` as `t`), in [`super::TaskRecord`]'s order.
-macro_rules! task_columns {
-    () => {
-        "t.id, t.title, t.description, t.state, t.workflow_id, t.step_id, t.archived_at, \
-         t.created_at, t.updated_at"
-    };
-}
-pub(super) const TASK_COLUMNS: &str = task_columns!();
-pub(super) const TASK_SELECT: &str = concat!("SELECT ", task_columns!(), " FROM tasks t");
+pub(super) const TASK_SELECT: &str = "SELECT t.id, t.title, t.description, t.state, t.workflow_id, \
+    t.step_id, t.archived_at, t.created_at, t.updated_at FROM tasks t";
 
 /// The rest of a task-list page (after the archived predicate): title filter (`$1`, a LIKE
 /// pattern on the lower-cased title), pending only (`$2`, from the summary's P3 column), the

@@ -4,8 +4,8 @@ use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Type};
 
 use super::sql::{
-    JsonBool, RowsAffected, SqlBackend, SqlRepository, TASK_COLUMNS, TASK_PAGE_FILTER, TASK_SELECT,
-    json_rows, rows_from_json, stmt,
+    JsonBool, RowsAffected, SqlBackend, SqlRepository, TASK_PAGE_FILTER, TASK_SELECT, json_rows,
+    rows_from_json, stmt,
 };
 use super::{
     Backend, NewTask, RepoError, RepoResult, SummaryRecord, SummaryRow, TaskFilter, TaskPatch,
@@ -16,29 +16,33 @@ use crate::server::time::Micros;
 /// A task-list page as one JSON array ([`json_rows`]) of `[[id, title, description, state,
 /// workflow_id, step_id, archived_at, created_at, updated_at], revision, summary, invalidated,
 /// summary_updated_at]`: the task (the fields of [`TaskRecord`] in order, read by position) and
-/// its stored summary (nulls without one), newest first. The summaries are joined inside the
-/// page's `LIMIT`, so both planners walk the ordered index and look up one summary per listed
-/// task; joined outside it, PostgreSQL hashed every summary of the database for each page
-/// (test `b2_postgres_page_reads_only_the_pages_rows`). Two texts per backend, so each planner
-/// sees the literal predicate of its partial index (archived or not).
+/// its stored summary (nulls without one), newest first. The page is cut first, then each
+/// listed task's summary is looked up by its key. PostgreSQL is told so with a `LATERAL`
+/// subquery: given a plain join it hashed every summary of the database for each page once
+/// its statistics said the table was large, and joined every task before the `LIMIT` when it
+/// had none (test `b2_postgres_page_reads_only_the_pages_rows`). Two texts per backend, so each
+/// planner sees the literal predicate of its partial index (archived or not).
 pub fn page_statement(backend: Backend, archived: bool) -> &'static str {
     static S: std::sync::LazyLock<[String; 4]> = std::sync::LazyLock::new(|| {
         let task = "p.id, p.title, p.description, p.state, p.workflow_id, p.step_id, \
                     p.archived_at, p.created_at, p.updated_at";
+        let summary = "s.revision, s.summary, s.invalidated, s.updated_at";
         // Both databases nest an array built by a JSON function as JSON, not as text.
         let nested = |backend| match backend {
             Backend::Sqlite => format!("json_array({task})"),
             Backend::Postgres => format!("json_build_array({task})"),
         };
+        let join = |backend| match backend {
+            Backend::Sqlite => "LEFT JOIN task_status_summaries s ON s.task_id = p.id".to_string(),
+            Backend::Postgres => format!(
+                "LEFT JOIN LATERAL (SELECT {summary} FROM task_status_summaries s \
+                 WHERE s.task_id = p.id LIMIT 1) AS s ON TRUE"
+            ),
+        };
         let order = "ORDER BY p.updated_at DESC, p.id DESC";
         let page = |archived: bool| {
             let archived = if archived { "IS NOT NULL" } else { "IS NULL" };
-            format!(
-                "SELECT {TASK_COLUMNS}, s.revision, s.summary, s.invalidated, \
-                        s.updated_at AS summary_updated_at \
-                 FROM tasks t LEFT JOIN task_status_summaries s ON s.task_id = t.id \
-                 WHERE t.archived_at {archived} AND {TASK_PAGE_FILTER}"
-            )
+            format!("{TASK_SELECT} WHERE t.archived_at {archived} AND {TASK_PAGE_FILTER}")
         };
         [
             (Backend::Sqlite, false),
@@ -48,16 +52,10 @@ pub fn page_statement(backend: Backend, archived: bool) -> &'static str {
         ]
         .map(|(b, archived)| {
             format!(
-                "SELECT {} FROM ({}) AS p",
-                json_rows(
-                    b,
-                    &format!(
-                        "{}, p.revision, p.summary, p.invalidated, p.summary_updated_at",
-                        nested(b)
-                    ),
-                    order
-                ),
-                page(archived)
+                "SELECT {} FROM ({}) AS p {}",
+                json_rows(b, &format!("{}, {summary}", nested(b)), order),
+                page(archived),
+                join(b)
             )
         })
     });
