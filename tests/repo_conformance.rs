@@ -938,7 +938,7 @@ async fn b5_recovery_lists_only_sessions_with_work(repo: Arc<dyn Repository>) {
 async fn p6_batch_cas_writes_each_row_only_at_its_revision(repo: Arc<dyn Repository>) {
     let w = World::new(repo).await;
     let mut tasks = Vec::new();
-    for n in 0..3 {
+    for n in 0..6 {
         let t = w
             .repo
             .create_task(
@@ -961,6 +961,9 @@ async fn p6_batch_cas_writes_each_row_only_at_its_revision(repo: Arc<dyn Reposit
     for t in &tasks[1..] {
         w.repo.cas_summary(t, None, &asking, T0).await.unwrap();
     }
+    // Task 4's summary was marked stale (P6): an equal body still replaces it.
+    assert!(w.repo.invalidate_summary(&tasks[4], T0).await.unwrap());
+    let stale_revision = w.repo.get_summaries(&tasks).await.unwrap()[&tasks[4]].revision;
     // Task 2's row moved on (revision 2) after we read revision 1.
     w.repo
         .cas_summary(&tasks[2], Some(1), &clean, T0 + 1)
@@ -982,18 +985,62 @@ async fn p6_batch_cas_writes_each_row_only_at_its_revision(repo: Arc<dyn Reposit
             expected: Some(1),
             body: asking.clone(),
         },
+        // An equal summary is not rewritten.
+        SummaryWrite {
+            task_id: tasks[3].clone(),
+            expected: Some(1),
+            body: asking.clone(),
+        },
+        SummaryWrite {
+            task_id: tasks[4].clone(),
+            expected: Some(stale_revision),
+            body: asking.clone(),
+        },
+        // Created only if absent.
+        SummaryWrite {
+            task_id: tasks[5].clone(),
+            expected: None,
+            body: clean.clone(),
+        },
     ];
     assert_eq!(
         w.repo.cas_summaries(&writes, T0 + 2).await.unwrap(),
-        vec![Some(1), Some(2), None]
+        vec![Some(1), Some(2), None, None, Some(stale_revision + 1), None]
     );
     let stored = w.repo.get_summaries(&tasks).await.unwrap();
     assert_eq!(stored[&tasks[0]].body, asking);
     assert_eq!(stored[&tasks[1]].body, clean);
     assert_eq!(
+        stored[&tasks[3]].revision, 1,
+        "an equal summary is not rewritten"
+    );
+    assert!(
+        !stored[&tasks[4]].invalidated,
+        "the stale summary was replaced"
+    );
+    assert_eq!(
+        stored[&tasks[5]].body, asking,
+        "an existing summary is not created again"
+    );
+    assert_eq!(
         (stored[&tasks[2]].revision, &stored[&tasks[2]].body),
         (2, &clean),
         "the lost write changed nothing"
+    );
+    // A task named twice: the writes apply in order, so the second, made against the
+    // revision the first replaced, loses.
+    let twice = [&asking, &clean].map(|body| SummaryWrite {
+        task_id: tasks[1].clone(),
+        expected: Some(2),
+        body: body.clone(),
+    });
+    assert_eq!(
+        w.repo.cas_summaries(&twice, T0 + 3).await.unwrap(),
+        vec![Some(3), None]
+    );
+    assert_eq!(
+        w.repo.get_summaries(&tasks).await.unwrap()[&tasks[1]].body,
+        asking
     );
     assert!(w.repo.cas_summaries(&[], T0).await.unwrap().is_empty());
 }

@@ -186,8 +186,46 @@ where
             return Ok(out);
         }
         let mut tx = self.write_tx().await?;
-        for w in writes {
-            out.push(cas_statement(&mut *tx, &w.task_id, w.expected, &w.body, at).await?);
+        let named_once = writes
+            .iter()
+            .map(|w| w.task_id.as_str())
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            == writes.len();
+        if named_once {
+            // One statement for the replacements and one for the creations, instead of one per
+            // summary (B5: 10,000 round trips to PostgreSQL at start-up). Each row keeps its own
+            // compare-and-set; which rows were written comes back with their new revisions.
+            let (mut updates, mut inserts) = (Vec::new(), Vec::new());
+            for w in writes {
+                let pending = w.body.pending_action.map(|p| p.as_str());
+                match w.expected {
+                    Some(rev) => {
+                        updates.push(serde_json::json!([w.task_id, rev, json(&w.body), pending]))
+                    }
+                    None => inserts.push(serde_json::json!([w.task_id, json(&w.body), pending])),
+                }
+            }
+            let (update, insert) = cas_batch_statements(DB::KIND);
+            let mut written: HashMap<String, i64> = HashMap::with_capacity(writes.len());
+            for (sql, rows) in [(update, updates), (insert, inserts)] {
+                if rows.is_empty() {
+                    continue;
+                }
+                written.extend(
+                    sqlx::query_as::<DB, (String, i64)>(sql)
+                        .bind(serde_json::Value::from(rows).to_string())
+                        .bind(at)
+                        .fetch_all(&mut *tx)
+                        .await?,
+                );
+            }
+            out.extend(writes.iter().map(|w| written.get(&w.task_id).copied()));
+        } else {
+            // A task named twice: its writes apply in order, one statement each.
+            for w in writes {
+                out.push(cas_statement(&mut *tx, &w.task_id, w.expected, &w.body, at).await?);
+            }
         }
         tx.commit().await?;
         Ok(out)
@@ -223,6 +261,48 @@ where
         .await?
         .map(SummaryRow::into_record)
         .transpose()
+    }
+}
+
+/// [`CAS_SUMMARY_UPDATE`] and [`CAS_SUMMARY_INSERT`] for many summaries at once: `$1` is a JSON
+/// array of `[task_id, expected_revision, summary, pending_action]` (replacements) or
+/// `[task_id, summary, pending_action]` (creations), `$2` the time; each returns the
+/// `(task_id, revision)` of the rows it wrote.
+fn cas_batch_statements(backend: Backend) -> (&'static str, &'static str) {
+    match backend {
+        Backend::Sqlite => (
+            "UPDATE task_status_summaries AS s \
+             SET revision = s.revision + 1, summary = w.summary, invalidated = FALSE, \
+                 updated_at = $2, pending_action = w.pending_action \
+             FROM (SELECT value ->> 0 AS task_id, value ->> 1 AS expected, \
+                          value ->> 2 AS summary, value ->> 3 AS pending_action \
+                   FROM json_each($1)) AS w \
+             WHERE s.task_id = w.task_id AND s.revision = w.expected \
+               AND (s.summary <> w.summary OR s.invalidated = TRUE) \
+             RETURNING task_id, revision",
+            // SQLite's RETURNING names the modified table's columns unqualified; `WHERE TRUE`:
+            // its parser needs one before an upsert clause after a SELECT.
+            "INSERT INTO task_status_summaries \
+             (task_id, revision, summary, invalidated, updated_at, pending_action) \
+             SELECT value ->> 0, 1, value ->> 1, FALSE, $2, value ->> 2 FROM json_each($1) \
+             WHERE TRUE ON CONFLICT (task_id) DO NOTHING RETURNING task_id, revision",
+        ),
+        Backend::Postgres => (
+            "UPDATE task_status_summaries AS s \
+             SET revision = s.revision + 1, summary = w.summary, invalidated = FALSE, \
+                 updated_at = $2, pending_action = w.pending_action \
+             FROM (SELECT e ->> 0 AS task_id, (e ->> 1)::bigint AS expected, \
+                          e ->> 2 AS summary, e ->> 3 AS pending_action \
+                   FROM jsonb_array_elements($1::jsonb) AS e) AS w \
+             WHERE s.task_id = w.task_id AND s.revision = w.expected \
+               AND (s.summary <> w.summary OR s.invalidated = TRUE) \
+             RETURNING s.task_id, s.revision",
+            "INSERT INTO task_status_summaries \
+             (task_id, revision, summary, invalidated, updated_at, pending_action) \
+             SELECT e ->> 0, 1, e ->> 1, FALSE, $2, e ->> 2 \
+             FROM jsonb_array_elements($1::jsonb) AS e \
+             ON CONFLICT (task_id) DO NOTHING RETURNING task_id, revision",
+        ),
     }
 }
 
