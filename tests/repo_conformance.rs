@@ -969,39 +969,20 @@ async fn p6_batch_cas_writes_each_row_only_at_its_revision(repo: Arc<dyn Reposit
         .cas_summary(&tasks[2], Some(1), &clean, T0 + 1)
         .await
         .unwrap();
-    let writes: Vec<SummaryWrite> = vec![
-        SummaryWrite {
-            task_id: tasks[0].clone(),
-            expected: None,
-            body: asking.clone(),
-        },
-        SummaryWrite {
-            task_id: tasks[1].clone(),
-            expected: Some(1),
-            body: clean.clone(),
-        },
-        SummaryWrite {
-            task_id: tasks[2].clone(),
-            expected: Some(1),
-            body: asking.clone(),
-        },
+    let write = |task: &String, expected: Option<i64>, body: &SummaryBody| SummaryWrite {
+        task_id: task.clone(),
+        expected,
+        body: body.clone(),
+    };
+    let writes = [
+        write(&tasks[0], None, &asking),
+        write(&tasks[1], Some(1), &clean),
+        write(&tasks[2], Some(1), &asking),
         // An equal summary is not rewritten.
-        SummaryWrite {
-            task_id: tasks[3].clone(),
-            expected: Some(1),
-            body: asking.clone(),
-        },
-        SummaryWrite {
-            task_id: tasks[4].clone(),
-            expected: Some(stale_revision),
-            body: asking.clone(),
-        },
+        write(&tasks[3], Some(1), &asking),
+        write(&tasks[4], Some(stale_revision), &asking),
         // Created only if absent.
-        SummaryWrite {
-            task_id: tasks[5].clone(),
-            expected: None,
-            body: clean.clone(),
-        },
+        write(&tasks[5], None, &clean),
     ];
     assert_eq!(
         w.repo.cas_summaries(&writes, T0 + 2).await.unwrap(),
@@ -1029,11 +1010,7 @@ async fn p6_batch_cas_writes_each_row_only_at_its_revision(repo: Arc<dyn Reposit
     );
     // A task named twice: the writes apply in order, so the second, made against the
     // revision the first replaced, loses.
-    let twice = [&asking, &clean].map(|body| SummaryWrite {
-        task_id: tasks[1].clone(),
-        expected: Some(2),
-        body: body.clone(),
-    });
+    let twice = [&asking, &clean].map(|body| write(&tasks[1], Some(2), body));
     assert_eq!(
         w.repo.cas_summaries(&twice, T0 + 3).await.unwrap(),
         vec![Some(3), None]

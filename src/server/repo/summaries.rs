@@ -267,43 +267,43 @@ where
 /// [`CAS_SUMMARY_UPDATE`] and [`CAS_SUMMARY_INSERT`] for many summaries at once: `$1` is a JSON
 /// array of `[task_id, expected_revision, summary, pending_action]` (replacements) or
 /// `[task_id, summary, pending_action]` (creations), `$2` the time; each returns the
-/// `(task_id, revision)` of the rows it wrote.
+/// `(task_id, revision)` of the rows it wrote. The same text on both databases but for where
+/// the array's elements come from (`e.value`); `WHERE TRUE` is what SQLite's parser needs
+/// before an upsert clause after a `SELECT`.
 fn cas_batch_statements(backend: Backend) -> (&'static str, &'static str) {
-    match backend {
-        Backend::Sqlite => (
-            "UPDATE task_status_summaries AS s \
-             SET revision = s.revision + 1, summary = w.summary, invalidated = FALSE, \
-                 updated_at = $2, pending_action = w.pending_action \
-             FROM (SELECT value ->> 0 AS task_id, value ->> 1 AS expected, \
-                          value ->> 2 AS summary, value ->> 3 AS pending_action \
-                   FROM json_each($1)) AS w \
-             WHERE s.task_id = w.task_id AND s.revision = w.expected \
-               AND (s.summary <> w.summary OR s.invalidated = TRUE) \
-             RETURNING task_id, revision",
-            // SQLite's RETURNING names the modified table's columns unqualified; `WHERE TRUE`:
-            // its parser needs one before an upsert clause after a SELECT.
-            "INSERT INTO task_status_summaries \
-             (task_id, revision, summary, invalidated, updated_at, pending_action) \
-             SELECT value ->> 0, 1, value ->> 1, FALSE, $2, value ->> 2 FROM json_each($1) \
-             WHERE TRUE ON CONFLICT (task_id) DO NOTHING RETURNING task_id, revision",
-        ),
-        Backend::Postgres => (
-            "UPDATE task_status_summaries AS s \
-             SET revision = s.revision + 1, summary = w.summary, invalidated = FALSE, \
-                 updated_at = $2, pending_action = w.pending_action \
-             FROM (SELECT e ->> 0 AS task_id, (e ->> 1)::bigint AS expected, \
-                          e ->> 2 AS summary, e ->> 3 AS pending_action \
-                   FROM jsonb_array_elements($1::jsonb) AS e) AS w \
-             WHERE s.task_id = w.task_id AND s.revision = w.expected \
-               AND (s.summary <> w.summary OR s.invalidated = TRUE) \
-             RETURNING s.task_id, s.revision",
-            "INSERT INTO task_status_summaries \
-             (task_id, revision, summary, invalidated, updated_at, pending_action) \
-             SELECT e ->> 0, 1, e ->> 1, FALSE, $2, e ->> 2 \
-             FROM jsonb_array_elements($1::jsonb) AS e \
-             ON CONFLICT (task_id) DO NOTHING RETURNING task_id, revision",
-        ),
-    }
+    static S: std::sync::LazyLock<[(String, String); 2]> = std::sync::LazyLock::new(|| {
+        [Backend::Sqlite, Backend::Postgres].map(|b| {
+            let elements = match b {
+                Backend::Sqlite => "json_each($1) AS e",
+                Backend::Postgres => "jsonb_array_elements($1::jsonb) AS e(value)",
+            };
+            (
+                format!(
+                    "UPDATE task_status_summaries AS s \
+                     SET revision = s.revision + 1, summary = w.body, invalidated = FALSE, \
+                         updated_at = $2, pending_action = w.pending \
+                     FROM (SELECT e.value ->> 0 AS id, CAST(e.value ->> 1 AS BIGINT) AS expected, \
+                                  e.value ->> 2 AS body, e.value ->> 3 AS pending \
+                           FROM {elements}) AS w \
+                     WHERE s.task_id = w.id AND s.revision = w.expected \
+                       AND (s.summary <> w.body OR s.invalidated = TRUE) \
+                     RETURNING task_id, revision"
+                ),
+                format!(
+                    "INSERT INTO task_status_summaries \
+                     (task_id, revision, summary, invalidated, updated_at, pending_action) \
+                     SELECT e.value ->> 0, 1, e.value ->> 1, FALSE, $2, e.value ->> 2 \
+                     FROM {elements} WHERE TRUE \
+                     ON CONFLICT (task_id) DO NOTHING RETURNING task_id, revision"
+                ),
+            )
+        })
+    });
+    let (update, insert) = &S[match backend {
+        Backend::Sqlite => 0,
+        Backend::Postgres => 1,
+    }];
+    (update, insert)
 }
 
 /// One summary compare-and-set (P6) on the pool or inside a transaction: the new
