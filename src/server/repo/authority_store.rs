@@ -167,7 +167,7 @@ where
         Ok(
             sqlx::query_scalar::<DB, String>(SQL.detach_session.as_str())
                 .bind(session_id)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.writes)
                 .await?,
         )
     }
@@ -175,14 +175,14 @@ where
     async fn detach_turn(&self, turn_id: &str) -> RepoResult<Vec<String>> {
         Ok(sqlx::query_scalar::<DB, String>(SQL.detach_turn.as_str())
             .bind(turn_id)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.writes)
             .await?)
     }
 
     async fn detach_bundle(&self, pending_id: &str) -> RepoResult<bool> {
         Ok(sqlx::query_scalar::<DB, String>(SQL.detach_bundle.as_str())
             .bind(pending_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.writes)
             .await?
             .is_some())
     }
@@ -192,7 +192,7 @@ where
             sqlx::query_scalar::<DB, String>(SQL.expire_session.as_str())
                 .bind(session_id)
                 .bind(at)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.writes)
                 .await?,
         )
     }
@@ -218,7 +218,7 @@ where
             .bind(&claim.response)
             .bind(&claim.reject_reason)
             .bind(at)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.writes)
             .await?;
         if let Some(record) = won {
             return Ok(ClaimOutcome::Claimed(record));
@@ -241,7 +241,7 @@ where
     async fn restore_bundle(&self, pending_id: &str) -> RepoResult<bool> {
         let done = sqlx::query::<DB>(SQL.restore_bundle.as_str())
             .bind(pending_id)
-            .execute(&self.pool)
+            .execute(&self.writes)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -252,7 +252,7 @@ where
              WHERE pending_id = $1 AND delivery_pending = TRUE",
         )
         .bind(pending_id)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(done.rows_affected() > 0)
     }

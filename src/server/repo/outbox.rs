@@ -110,7 +110,7 @@ where
         .bind(session_id)
         .bind(at)
         .bind(pending_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writes)
         .await?
         .ok_or_else(|| RepoError::NotFound(format!("session {session_id}")))
     }
@@ -120,7 +120,7 @@ where
             "UPDATE turns SET reservation = 'attempted' WHERE id = $1 AND reservation = 'reserved'",
         )
         .bind(turn_id)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -130,7 +130,7 @@ where
             "UPDATE turns SET reservation = 'none' WHERE id = $1 AND reservation = 'attempted'",
         )
         .bind(turn_id)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -158,7 +158,7 @@ where
              AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.turn_id = turns.id)",
         )
         .bind(turn_id)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -270,7 +270,7 @@ where
         let done = sqlx::query::<DB>(SQL.dispatch_resume.as_str())
             .bind(turn_id)
             .bind(at)
-            .execute(&self.pool)
+            .execute(&self.writes)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -283,7 +283,7 @@ where
         )
         .bind(pending_id)
         .bind(at)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(())
     }
@@ -312,7 +312,7 @@ where
             "UPDATE answer_handoffs SET state = 'withdrawn' WHERE pending_id = $1 AND state = 'offered'",
         )
         .bind(pending_id)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(done.rows_affected() > 0)
     }

@@ -33,6 +33,9 @@ impl PostgresRepository {
             .connect(url)
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self {
+            writes: pool.clone(),
+            pool,
+        })
     }
 }

@@ -61,7 +61,7 @@ where
         .bind(json(&new.args))
         .bind(json(&new.env))
         .bind(at)
-        .fetch_one(&self.pool)
+        .fetch_one(&self.writes)
         .await?)
     }
 
@@ -87,7 +87,7 @@ where
         .bind(&profile.command)
         .bind(json(&profile.args))
         .bind(json(&profile.env))
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writes)
         .await?)
     }
 

@@ -234,7 +234,7 @@ where
         .bind(status)
         .bind(outcome)
         .bind(at)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -251,7 +251,7 @@ where
         ))
         .bind(session_id)
         .bind(at)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.writes)
         .await?)
     }
 
@@ -268,7 +268,7 @@ where
         ))
         .bind(json(keep))
         .bind(at)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.writes)
         .await?)
     }
 }

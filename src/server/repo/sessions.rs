@@ -159,7 +159,7 @@ where
         .bind(starts)
         .bind(state.is_terminal())
         .bind(at)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writes)
         .await?)
     }
 
@@ -199,7 +199,7 @@ where
         let done = sqlx::query::<DB>("UPDATE sessions SET acp_session_id = $2 WHERE id = $1")
             .bind(id)
             .bind(acp_session_id)
-            .execute(&self.pool)
+            .execute(&self.writes)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -208,7 +208,7 @@ where
         let done = sqlx::query::<DB>("UPDATE sessions SET mcp_token_hash = $2 WHERE id = $1")
             .bind(id)
             .bind(hash)
-            .execute(&self.pool)
+            .execute(&self.writes)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -235,7 +235,7 @@ where
         )
         .bind(session_id)
         .bind(at)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.writes)
         .await?)
     }
 
@@ -245,7 +245,7 @@ where
         )
         .bind(session_id)
         .bind(hash)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -257,7 +257,7 @@ where
         )
         .bind(session_id)
         .bind(server_id)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(())
     }
@@ -269,7 +269,7 @@ where
         )
         .bind(server_id)
         .bind(at)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(())
     }
@@ -329,7 +329,7 @@ where
         )
         .bind(session_id)
         .bind(server_id)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(done.rows_affected() > 0)
     }

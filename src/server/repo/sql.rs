@@ -183,14 +183,23 @@ pub trait RowsAffected {
     fn rows_affected(&self) -> u64;
 }
 
-/// The repository on one backend's connection pool.
+/// The repository on one backend's connection pools.
+///
+/// Every statement that writes runs on `writes`, every other one on `pool`. On SQLite
+/// `writes` is one connection of its own and `pool` is opened read-only: SQLite has one
+/// writer at a time, and a second connection that wants to write sleeps in SQLite's busy
+/// handler (1, 2, 5, 10 … ms) until the lock is free; writers queued for the one write
+/// connection wait in the process instead and start as soon as it is returned
+/// (docs/decisions/0023-one-sqlite-write-connection.md). On PostgreSQL, and for an
+/// in-memory SQLite database (one connection), both are the same pool.
 pub struct SqlRepository<DB: Database> {
     pub(super) pool: Pool<DB>,
+    pub(super) writes: Pool<DB>,
 }
 
 impl<DB: SqlBackend> SqlRepository<DB> {
     pub(super) async fn write_tx(&self) -> Result<Transaction<'static, DB>, sqlx::Error> {
-        self.pool.begin_with(DB::BEGIN_WRITE).await
+        self.writes.begin_with(DB::BEGIN_WRITE).await
     }
 }
 

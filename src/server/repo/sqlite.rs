@@ -1,5 +1,6 @@
-//! SQLite, the embedded default: a WAL database file with a small pool. Write transactions
-//! start with `BEGIN IMMEDIATE` so a read-then-write transaction never fails to upgrade.
+//! SQLite, the embedded default: a WAL database file, one connection that writes and a small
+//! read-only pool for the rest (decision 0023). Write transactions start with `BEGIN IMMEDIATE`
+//! so a read-then-write transaction never fails to upgrade.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -30,11 +31,17 @@ impl SqlBackend for Sqlite {
 impl SqliteRepository {
     /// `url` is `sqlite:<path>` (created if missing) or `sqlite::memory:`.
     pub async fn connect(url: &str) -> RepoResult<Self> {
+        Self::open(url, Duration::from_secs(10)).await
+    }
+
+    /// [`Self::connect`] with SQLite's busy timeout chosen: how long a connection waits for a
+    /// lock another connection holds (tests use zero, so any such wait is an error).
+    async fn open(url: &str, busy_timeout: Duration) -> RepoResult<Self> {
         let memory = url.contains(":memory:");
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10))
+            .busy_timeout(busy_timeout)
             .journal_mode(if memory {
                 SqliteJournalMode::Memory
             } else {
@@ -44,13 +51,28 @@ impl SqliteRepository {
             // may lose the last commits; FULL syncs the WAL at every commit
             // (docs/decisions/0010-sqlite-durability.md).
             .synchronous(SqliteSynchronous::Full);
-        let pool = SqlitePoolOptions::new()
-            // An in-memory database exists per connection: keep exactly one.
-            .max_connections(if memory { 1 } else { 8 })
-            .connect_with(options)
+        // One connection writes (decision 0023). It stays open for the life of the
+        // repository: it holds the WAL files the read-only connections need.
+        let writes = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(options.clone())
             .await?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        Ok(Self { pool })
+        sqlx::migrate!("./migrations/sqlite").run(&writes).await?;
+        if memory {
+            // An in-memory database exists per connection: the one connection does all.
+            return Ok(Self {
+                pool: writes.clone(),
+                writes,
+            });
+        }
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options.read_only(true))
+            .await?;
+        Ok(Self { pool, writes })
     }
 }
 
@@ -60,7 +82,10 @@ mod tests {
     use std::ffi::CStr;
 
     use super::SqliteRepository;
-    use crate::server::repo::{NewTask, TaskFilter, TaskStore, TranscriptStore};
+    use crate::model::SessionState;
+    use crate::server::repo::{
+        NewSession, NewTask, SessionStore, TaskFilter, TaskStore, TranscriptStore,
+    };
 
     /// How often each statement this connection has prepared was prepared again, by its SQL.
     async fn re_prepares(repo: &SqliteRepository) -> HashMap<String, i32> {
@@ -136,5 +161,86 @@ mod tests {
             .filter(|(sql, n)| **n > before.get(*sql).copied().unwrap_or(0))
             .collect();
         assert!(again.is_empty(), "prepared again: {again:#?}");
+    }
+
+    /// A database file in a directory of its own, removed when dropped.
+    struct TempDb(std::path::PathBuf);
+
+    impl TempDb {
+        fn new() -> Self {
+            let dir =
+                std::env::temp_dir().join(format!("turnstile-sqlite-{}", uuid::Uuid::now_v7()));
+            std::fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+
+        fn url(&self) -> String {
+            format!("sqlite:{}", self.0.join("t.db").display())
+        }
+    }
+
+    impl Drop for TempDb {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// B3 (decision 0023): concurrent writers never meet SQLite's busy handler. The busy
+    /// timeout is zero, so a write that found another connection holding the write lock would
+    /// fail at once with "database is locked" (with one pool for everything it does, within
+    /// the first few of these writes); queued for the one write connection, every write
+    /// waits in the process and succeeds.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn b3_concurrent_writers_wait_in_the_process_not_in_sqlites_busy_handler() {
+        let db = TempDb::new();
+        let repo = std::sync::Arc::new(
+            SqliteRepository::open(&db.url(), std::time::Duration::ZERO)
+                .await
+                .unwrap(),
+        );
+        let writers: Vec<_> = (0..16)
+            .map(|w| {
+                let repo = repo.clone();
+                tokio::spawn(async move {
+                    for i in 0..20 {
+                        let new = NewTask {
+                            title: format!("writer {w} task {i}"),
+                            description: String::new(),
+                            workflow_id: None,
+                            step_id: None,
+                        };
+                        let task = repo.create_task(&new, 1_000 + i).await?;
+                        // A write transaction too, not only single statements.
+                        let session = NewSession {
+                            task_id: task.id,
+                            agent_profile_id: None,
+                            name: "s".into(),
+                            state: SessionState::Created,
+                            is_primary: true,
+                            mcp_token_hash: None,
+                        };
+                        repo.create_session(&session, 1_001 + i).await?;
+                    }
+                    Ok::<_, crate::server::repo::RepoError>(())
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.unwrap().unwrap();
+        }
+        assert_eq!(repo.list_tasks().await.unwrap().len(), 16 * 20);
+    }
+
+    /// Decision 0023: the pool every read uses cannot write, so a write that skipped the
+    /// write connection fails in the tests instead of waiting for SQLite's lock.
+    #[tokio::test]
+    async fn the_read_pool_refuses_writes() {
+        let db = TempDb::new();
+        let repo = SqliteRepository::connect(&db.url()).await.unwrap();
+        let err = sqlx::query("UPDATE meta SET value = value")
+            .execute(&repo.pool)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("readonly"), "{err}");
     }
 }

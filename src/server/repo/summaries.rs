@@ -97,7 +97,7 @@ where
             "INSERT INTO meta (key, value) VALUES ('epoch', 1) \
              ON CONFLICT (key) DO UPDATE SET value = meta.value + 1 RETURNING value",
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&self.writes)
         .await?)
     }
 
@@ -161,7 +161,7 @@ where
         body: &SummaryBody,
         at: Micros,
     ) -> RepoResult<CasOutcome> {
-        let written = cas_statement(&self.pool, task_id, expected, body, at).await?;
+        let written = cas_statement(&self.writes, task_id, expected, body, at).await?;
         if let Some(revision) = written {
             return Ok(CasOutcome::Written { revision });
         }
@@ -238,7 +238,7 @@ where
         )
         .bind(task_id)
         .bind(at)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(done.rows_affected() > 0)
     }

@@ -123,7 +123,7 @@ where
         .bind(&new.workflow_id)
         .bind(&new.step_id)
         .bind(at)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         self.get_task(&id)
             .await?
@@ -212,7 +212,7 @@ where
         .bind(archived_at.is_some())
         .bind(archived_at.flatten())
         .bind(at)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         if done.rows_affected() == 0 {
             return Ok(None);
@@ -223,7 +223,7 @@ where
     async fn delete_task(&self, id: &str) -> RepoResult<bool> {
         let done = sqlx::query::<DB>("DELETE FROM tasks WHERE id = $1")
             .bind(id)
-            .execute(&self.pool)
+            .execute(&self.writes)
             .await?;
         Ok(done.rows_affected() > 0)
     }

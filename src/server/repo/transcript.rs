@@ -71,7 +71,7 @@ where
         .bind(&new.session_id)
         .bind(new.started_at)
         .bind(new.created_at)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writes)
         .await?
         .ok_or_else(|| RepoError::NotFound(format!("session {}", new.session_id)))
     }
@@ -82,7 +82,7 @@ where
         )
         .bind(turn_id)
         .bind(at)
-        .execute(&self.pool)
+        .execute(&self.writes)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -122,7 +122,7 @@ where
         .bind(&new.content)
         .bind(&new.pending_id)
         .bind(at)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writes)
         .await?
         .ok_or_else(|| {
             RepoError::NotFound(format!(
@@ -178,7 +178,7 @@ where
             "DELETE FROM messages WHERE id = $1 RETURNING {MESSAGE_COLUMNS}"
         ))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writes)
         .await?)
     }
 
@@ -194,7 +194,7 @@ where
         .bind(id)
         .bind(content)
         .bind(at)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writes)
         .await?)
     }
 }
