@@ -103,7 +103,11 @@ enum Arg {
 fn statements(backend: Backend) -> Vec<(&'static str, String, Arg)> {
     vec![
         ("current_turn_id", SQL.current_turn_id.clone(), Arg::Session),
-        ("active_bundles", SQL.active_bundles.clone(), Arg::Session),
+        (
+            "active_bundles",
+            SQL.active_bundles(backend).to_string(),
+            Arg::Session,
+        ),
         (
             "pending_actions",
             SQL.pending_actions(backend).to_string(),

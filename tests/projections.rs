@@ -23,6 +23,7 @@ both_http!(
     p2_permission_outranks_clarification,
     p5_loader_failure_keeps_the_question,
     p6_competing_revision_is_rebased_without_losing_fields,
+    p6_an_unchanged_summary_is_confirmed_by_a_read_not_a_write,
     p6_exhausted_retries_invalidate_and_reads_fall_back,
     p7_boot_and_reads_repair_a_stale_summary,
     p7_a_list_read_never_writes_back_an_older_pending_action,
@@ -421,6 +422,39 @@ async fn p6_competing_revision_is_rebased_without_losing_fields(url: String) {
         "the competitor's field survives"
     );
     assert_eq!(s.summary().await.unwrap(), got);
+    server.stop().await;
+}
+
+/// P6, B3 (decision 0023): a refresh that finds the stored summary already right sends no
+/// compare-and-set; it confirms with a read that the revision it started from is still stored
+/// (`p6_competing_revision_is_rebased_without_losing_fields` covers the revision having moved).
+/// A summary that does need writing is written, once.
+async fn p6_an_unchanged_summary_is_confirmed_by_a_read_not_a_write(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let t1 = s.turn(&s.session).await;
+    s.ask(&s.session, &t1).await;
+    // The background projector idle: only our refreshes run below.
+    let marker = marker_task(&server.state).await;
+    next_event(&mut rx, summary_of(&marker)).await;
+    let base = refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
+    let writes = || s.state.metrics.summary_writes.load(Ordering::Relaxed);
+    let before = writes();
+    let again = refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
+    assert_eq!(again, base, "nothing changed");
+    assert_eq!(writes(), before, "no compare-and-set was sent");
+    // Invalidated (P6 exhausted elsewhere): the same body must be written again.
+    s.state
+        .repo
+        .invalidate_summary(&s.task, s.state.clock.now())
+        .await
+        .unwrap();
+    let rewritten = refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
+    assert_eq!(writes(), before + 1);
+    assert_eq!(rewritten.revision, base.revision + 1);
+    assert!(!rewritten.invalidated);
+    assert_eq!(s.summary().await.unwrap(), rewritten);
     server.stop().await;
 }
 

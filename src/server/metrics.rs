@@ -9,6 +9,9 @@ pub struct Metrics {
     pub http_errors: AtomicU64,
     pub websocket_clients: AtomicI64,
     pub summary_cas_retries: AtomicU64,
+    /// P6: summary compare-and-set statements sent (a refresh that finds the summary already
+    /// right sends none).
+    pub summary_writes: AtomicU64,
     /// P5: summary refreshes whose loader failed (the stored summary was kept).
     pub summary_loader_failures: AtomicU64,
 }
@@ -63,6 +66,12 @@ impl Metrics {
             "counter",
             "Task summary compare-and-set attempts that lost and were retried (P6).",
             self.summary_cas_retries.load(Ordering::Relaxed).to_string(),
+        );
+        metric(
+            "turnstile_summary_writes_total",
+            "counter",
+            "Task summary compare-and-set statements sent; an unchanged summary sends none (P6).",
+            self.summary_writes.load(Ordering::Relaxed).to_string(),
         );
         metric(
             "turnstile_summary_loader_failures_total",

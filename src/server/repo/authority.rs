@@ -55,8 +55,10 @@ pub const BUNDLE_COLUMNS: &str = "pending_id, session_id, task_id, turn_id, stat
 /// Every statement that embodies L1/L2, built once.
 pub struct AuthoritySql {
     pub current_turn_id: String,
-    pub active_bundles: String,
-    pub bundle_with_activity: String,
+    active_bundles_sqlite: String,
+    active_bundles_postgres: String,
+    bundle_with_activity_sqlite: String,
+    bundle_with_activity_postgres: String,
     pub count_active: String,
     pending_actions_sqlite: String,
     pending_actions_postgres: String,
@@ -73,6 +75,24 @@ pub struct AuthoritySql {
 }
 
 impl AuthoritySql {
+    /// The session's active bundles (L2), each with its questions (`questions` column); `$1`
+    /// is the session id.
+    pub fn active_bundles(&self, backend: Backend) -> &str {
+        match backend {
+            Backend::Sqlite => &self.active_bundles_sqlite,
+            Backend::Postgres => &self.active_bundles_postgres,
+        }
+    }
+
+    /// One bundle with L2 evaluated (`active`) and its questions (`questions`), in one
+    /// statement (B3: a bundle read is one round trip); `$1` is the pending id.
+    pub fn bundle_with_activity(&self, backend: Backend) -> &str {
+        match backend {
+            Backend::Sqlite => &self.bundle_with_activity_sqlite,
+            Backend::Postgres => &self.bundle_with_activity_postgres,
+        }
+    }
+
     /// The batch P1 query; `$1` is a JSON array of session ids.
     pub fn pending_actions(&self, backend: Backend) -> &str {
         match backend {
@@ -133,6 +153,25 @@ fn pending_action_of_cur() -> String {
     )
 }
 
+fn active_bundles(backend: Backend) -> String {
+    format!(
+        "SELECT {BUNDLE_COLUMNS}, {questions} FROM clarification_bundles b \
+         WHERE b.session_id = $1 AND {active} \
+         ORDER BY b.created_at, b.pending_id",
+        questions = super::sql::questions_of(backend, "b"),
+        active = bundle_is_active_in("b", "$1"),
+    )
+}
+
+fn bundle_with_activity(backend: Backend) -> String {
+    format!(
+        "SELECT {BUNDLE_COLUMNS}, {active} AS active, {questions} \
+         FROM clarification_bundles b WHERE b.pending_id = $1",
+        active = bundle_is_active("b"),
+        questions = super::sql::questions_of(backend, "b"),
+    )
+}
+
 fn pending_actions(backend: Backend) -> String {
     format!(
         "WITH cur AS ( \
@@ -176,16 +215,10 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
     let active_table = bundle_is_active("clarification_bundles");
     AuthoritySql {
         current_turn_id: format!("SELECT {} AS turn_id", current_turn_of("$1")),
-        active_bundles: format!(
-            "SELECT {BUNDLE_COLUMNS} FROM clarification_bundles b \
-             WHERE b.session_id = $1 AND {} \
-             ORDER BY b.created_at, b.pending_id",
-            bundle_is_active_in("b", "$1")
-        ),
-        bundle_with_activity: format!(
-            "SELECT {BUNDLE_COLUMNS}, {} AS active FROM clarification_bundles b WHERE b.pending_id = $1",
-            bundle_is_active("b")
-        ),
+        active_bundles_sqlite: active_bundles(Backend::Sqlite),
+        active_bundles_postgres: active_bundles(Backend::Postgres),
+        bundle_with_activity_sqlite: bundle_with_activity(Backend::Sqlite),
+        bundle_with_activity_postgres: bundle_with_activity(Backend::Postgres),
         count_active: format!(
             "SELECT COUNT(*) FROM clarification_bundles b WHERE b.status = 'pending' AND {}",
             bundle_is_active("b")

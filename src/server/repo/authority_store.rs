@@ -7,8 +7,12 @@ use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Row, Type};
 
 use super::authority::{BUNDLE_COLUMNS, SQL};
-use super::sql::{JsonBool, RowsAffected, SqlBackend, SqlRepository, json, rows_from_json, stmt};
-use super::{BundleRecord, BundleView, Claim, ClaimOutcome, QuestionRow, RepoError, RepoResult};
+use super::questions::BundleQuestionsRow;
+use super::sql::{
+    JsonBool, RowsAffected, SqlBackend, SqlRepository, json, questions_from_json, rows_from_json,
+    stmt,
+};
+use super::{BundleRecord, BundleView, Claim, ClaimOutcome, RepoError, RepoResult};
 use crate::model::{BundleStatus, PendingAction, SessionState};
 use crate::server::time::Micros;
 
@@ -77,7 +81,7 @@ where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> Option<String>: Encode<'q, DB>,
     for<'r> BundleRecord: FromRow<'r, DB::Row>,
-    for<'r> QuestionRow: FromRow<'r, DB::Row>,
+    for<'r> BundleQuestionsRow: FromRow<'r, DB::Row>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
     for<'r> i64: Decode<'r, DB> + Type<DB>,
     for<'r> bool: Decode<'r, DB> + Type<DB>,
@@ -101,15 +105,19 @@ where
     }
 
     async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleView>> {
-        let rows = sqlx::query_as::<DB, BundleRecord>(SQL.active_bundles.as_str())
+        sqlx::query_as::<DB, BundleQuestionsRow>(SQL.active_bundles(DB::KIND))
             .bind(session_id)
             .fetch_all(&self.pool)
-            .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            out.push(self.bundle_view(r, true).await?);
-        }
-        Ok(out)
+            .await?
+            .into_iter()
+            .map(|r| {
+                Ok(BundleView {
+                    questions: questions_from_json(&r.questions)?,
+                    record: r.record,
+                    active: true,
+                })
+            })
+            .collect()
     }
 
     async fn task_sessions(&self, task_ids: &[String]) -> RepoResult<Vec<TaskSession>> {

@@ -6,11 +6,11 @@ use sqlx::{Encode, Executor, FromRow, Type};
 use super::authority::{BUNDLE_COLUMNS, SQL};
 use super::sql::{
     MESSAGE_COLUMNS, PERMISSION_COLUMNS, RowsAffected, SqlBackend, SqlRepository, json,
-    questions_from_rows, stmt, stmt_with_ids,
+    questions_from_json, stmt, stmt_with_ids,
 };
 use super::{
     BundleRecord, BundleView, MessageRecord, NewBundle, NewPermissionRequest, PermissionRecord,
-    QuestionRow, RepoError, RepoResult, new_id,
+    RepoError, RepoResult, new_id,
 };
 use crate::server::time::Micros;
 
@@ -89,7 +89,6 @@ where
     for<'r> BundleRecord: FromRow<'r, DB::Row>,
     for<'r> MessageRecord: FromRow<'r, DB::Row>,
     for<'r> PermissionRecord: FromRow<'r, DB::Row>,
-    for<'r> QuestionRow: FromRow<'r, DB::Row>,
 {
     async fn insert_bundle(
         &self,
@@ -120,14 +119,18 @@ where
     }
 
     async fn get_bundle(&self, pending_id: &str) -> RepoResult<Option<BundleView>> {
-        let row = sqlx::query_as::<DB, BundleActivityRow>(SQL.bundle_with_activity.as_str())
+        let row = sqlx::query_as::<DB, BundleActivityRow>(SQL.bundle_with_activity(DB::KIND))
             .bind(pending_id)
             .fetch_optional(&self.pool)
             .await?;
-        match row {
-            Some(r) => Ok(Some(self.bundle_view(r.record, r.active).await?)),
-            None => Ok(None),
-        }
+        row.map(|r| {
+            Ok(BundleView {
+                questions: questions_from_json(&r.questions)?,
+                record: r.record,
+                active: r.active,
+            })
+        })
+        .transpose()
     }
 
     async fn session_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleRecord>> {
@@ -273,41 +276,6 @@ where
     }
 }
 
-impl<DB> SqlRepository<DB>
-where
-    DB: SqlBackend,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'r> QuestionRow: FromRow<'r, DB::Row>,
-{
-    pub(super) async fn load_questions(
-        &self,
-        pending_id: &str,
-    ) -> RepoResult<Vec<crate::model::Question>> {
-        let rows = sqlx::query_as::<DB, QuestionRow>(
-            "SELECT pending_id, position, question_id, title, prompt, options \
-             FROM clarification_questions WHERE pending_id = $1 ORDER BY position, question_id",
-        )
-        .bind(pending_id)
-        .fetch_all(&self.pool)
-        .await?;
-        questions_from_rows(rows)
-    }
-
-    pub(super) async fn bundle_view(
-        &self,
-        record: BundleRecord,
-        active: bool,
-    ) -> RepoResult<BundleView> {
-        let questions = self.load_questions(&record.pending_id).await?;
-        Ok(BundleView {
-            record,
-            questions,
-            active,
-        })
-    }
-}
-
 pub(super) async fn insert_questions<DB>(
     tx: &mut sqlx::Transaction<'static, DB>,
     pending_id: &str,
@@ -369,10 +337,20 @@ where
     .await?)
 }
 
-/// A bundle row with L2 evaluated in the same statement.
+/// A bundle row with L2 evaluated and its questions, in the same statement.
 #[derive(sqlx::FromRow)]
 pub struct BundleActivityRow {
     #[sqlx(flatten)]
     record: BundleRecord,
     active: bool,
+    /// `sql::questions_of`.
+    questions: String,
+}
+
+/// A bundle row with its questions (`sql::questions_of`).
+#[derive(sqlx::FromRow)]
+pub struct BundleQuestionsRow {
+    #[sqlx(flatten)]
+    pub(super) record: BundleRecord,
+    pub(super) questions: String,
 }

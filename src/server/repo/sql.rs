@@ -97,6 +97,39 @@ pub(super) fn json_rows(backend: Backend, row: &str, order: &str) -> String {
     }
 }
 
+/// The questions of bundle `b` as one JSON text column `questions`, in order (read back with
+/// [`questions_from_json`]): a bundle and its questions are one round trip (B3).
+pub(super) fn questions_of(backend: Backend, b: &str) -> String {
+    format!(
+        "(SELECT {} FROM clarification_questions q WHERE q.pending_id = {b}.pending_id) AS questions",
+        json_rows(
+            backend,
+            "q.pending_id, q.position, q.question_id, q.title, q.prompt, q.options",
+            "ORDER BY q.position, q.question_id",
+        )
+    )
+}
+
+/// Reads the column [`questions_of`] wrote.
+pub(super) fn questions_from_json(text: &str) -> Result<Vec<Question>, RepoError> {
+    type Row = (String, i64, String, Option<String>, String, String);
+    let rows: Vec<Row> = rows_from_json(text, "bundle questions")?;
+    questions_from_rows(
+        rows.into_iter()
+            .map(
+                |(pending_id, position, question_id, title, prompt, options)| QuestionRow {
+                    pending_id,
+                    position,
+                    question_id,
+                    title,
+                    prompt,
+                    options,
+                },
+            )
+            .collect(),
+    )
+}
+
 /// Reads what [`json_rows`] wrote; `what` names it in the error.
 pub(super) fn rows_from_json<T: serde::de::DeserializeOwned>(
     text: &str,

@@ -104,12 +104,34 @@ async fn refresh_with(
             .run(crate::server::hooks::Point::BeforeSummaryCas, task_id)
             .await;
         let now = state.clock.now();
-        match state
-            .repo
-            .cas_summary(task_id, stored.as_ref().map(|s| s.revision), &body, now)
-            .await
-            .map_err(store_err)?
-        {
+        let outcome = match &stored {
+            // P6 never rewrites an equal body. Finding that out with the compare-and-set
+            // would send a write to the database (SQLite's one write connection, decision
+            // 0023) for nothing, and most refreshes find nothing to change (B3): a read
+            // confirms that the revision this refresh started from is still the stored one.
+            Some(s) if !s.invalidated && s.body == body => {
+                match state.repo.get_summary(task_id).await.map_err(store_err)? {
+                    Some(c) if c.revision == s.revision && !c.invalidated && c.body == body => {
+                        CasOutcome::Unchanged {
+                            revision: c.revision,
+                        }
+                    }
+                    current => CasOutcome::Conflict { current },
+                }
+            }
+            _ => {
+                state
+                    .metrics
+                    .summary_writes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                state
+                    .repo
+                    .cas_summary(task_id, stored.as_ref().map(|s| s.revision), &body, now)
+                    .await
+                    .map_err(store_err)?
+            }
+        };
+        match outcome {
             CasOutcome::Written { revision } => {
                 let written = SummaryRecord {
                     task_id: task_id.to_string(),
