@@ -157,8 +157,11 @@ async fn b1_sqlite_authority_plans_search_indexes_and_never_scan_history() {
                     || detail == "SCAN CONSTANT ROW",
                 "{name}: a table is scanned: {detail}\n{text:#?}"
             );
+            // A bundle's own questions (at most four, `MAX_QUESTIONS`) are put in order for
+            // its `questions` column; that is not history.
+            let own_questions = detail == "USE TEMP B-TREE FOR json_group_array(ORDER BY)";
             assert!(
-                !(detail.contains("TEMP B-TREE") && *parent != 0),
+                !(detail.contains("TEMP B-TREE") && *parent != 0) || own_questions,
                 "{name}: a subquery sorts its rows (the index order is not used): {detail}\n{text:#?}"
             );
         }
