@@ -13,6 +13,30 @@ both_http!(
     p9_epoch_grows_across_restarts,
 );
 
+/// I8 with group commit (decision 0024): on SQLite a commit does not wait for the disk; a
+/// request that wrote is answered only after a sync that covers its commits. Nothing else
+/// syncs here (no agent runs), so without that the counts would show the task's insert as
+/// not yet on disk when its 201 arrives.
+#[tokio::test]
+async fn i8_a_write_is_acknowledged_only_once_it_is_on_disk() {
+    let server = TestServer::start(&support::sqlite_url()).await;
+    let (before, _) = server.state.repo.commit_counts().expect("SQLite counts commits");
+    let r = reqwest::Client::new()
+        .post(server.url("/api/v1/tasks"))
+        .json(&json!({ "title": "durable" }))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let (committed, synced) = server.state.repo.commit_counts().unwrap();
+    assert!(committed > before, "the insert was counted");
+    assert!(
+        synced > before,
+        "answered before the insert was on disk: {before} then {committed}/{synced}"
+    );
+    server.stop().await;
+}
+
 async fn get_json(client: &reqwest::Client, url: &str) -> (StatusCode, Value) {
     let r = client.get(url).send().await.unwrap();
     let status = r.status();

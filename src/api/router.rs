@@ -61,6 +61,10 @@ pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            durable_before_answer,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             count_request,
         ))
         .with_state(state);
@@ -123,6 +127,23 @@ pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
             ))
             .layer(RequestBodyLimitLayer::new(rest::MAX_BODY_BYTES)),
     )
+}
+
+/// I8 (decision 0024): a request that may have written is answered only once what was
+/// committed before its answer is on disk, so an acknowledged answer, prompt or task survives
+/// a power loss. On SQLite concurrent requests share one sync (group commit). Safe methods
+/// acknowledge nothing.
+async fn durable_before_answer(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let safe = req.method().is_safe();
+    let response = next.run(req).await;
+    if !safe && let Err(e) = state.repo.durable().await {
+        return rest::ApiError(AppError::from(e)).into_response();
+    }
+    response
 }
 
 async fn count_request(

@@ -156,7 +156,12 @@ pub async fn respond(
     // delivery is recorded before the hand-over, so nothing can fail after the agent has it.
     let mut finalized = false;
     if let Some(waiter) = state.runtime.waiters.take(pending_id) {
-        if let Err(e) = finalize(state, pending_id).await {
+        // I8: the agent acts on the answer only once the claim is on disk (decision 0024).
+        let delivered = match state.repo.durable().await {
+            Ok(()) => finalize(state, pending_id).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = delivered {
             drop(waiter); // the call waits on; the question is pending again
             return Err(undo(state, &record, e.to_string(), Undo::Announce).await);
         }

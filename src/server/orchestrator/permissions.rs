@@ -95,6 +95,11 @@ pub async fn respond_here(
             "permission {id} is no longer pending"
         )));
     }
+    // I8: the agent acts on the decision only once it is on disk (decision 0024); it is
+    // committed either way, so a failed sync is reported, not undone.
+    if let Err(e) = state.repo.durable().await {
+        tracing::error!(permission_id = id, error = %e, "cannot sync a permission decision to disk");
+    }
     if reply.send(option_id).is_err() {
         tracing::debug!(
             permission_id = id,

@@ -15,6 +15,7 @@ mod sqlite;
 mod summaries;
 mod tasks;
 mod transcript;
+mod wal_sync;
 mod workflows;
 
 use std::collections::BTreeMap;
@@ -51,6 +52,9 @@ pub enum RepoError {
     Invalid(String),
     #[error("not found: {0}")]
     NotFound(String),
+    /// Making commits durable failed (`Repository::durable`).
+    #[error("syncing the database to disk failed: {0}")]
+    Sync(#[from] std::io::Error),
     /// A failure a test injected at a named point (`server::hooks`).
     #[error("injected failure at {0}")]
     Injected(&'static str),
@@ -260,6 +264,7 @@ pub enum CasOutcome {
 /// SQL). Object safe: the server holds an `Arc<dyn Repository>`, on which every area's
 /// methods are callable without importing the area traits. Every write takes its timestamp
 /// from the caller (services read a [`crate::server::time::Clock`]).
+#[async_trait::async_trait]
 pub trait Repository:
     WorkflowStore
     + ProfileStore
@@ -277,4 +282,11 @@ pub trait Repository:
     fn backend(&self) -> Backend;
     /// How to reach this database when it is PostgreSQL (for the event bridge).
     fn postgres_options(&self) -> Option<sqlx::postgres::PgConnectOptions>;
+    /// Returns once every write committed before the call is on disk (I8). On SQLite writes
+    /// commit without waiting for the disk and this is where they are synced, one sync for
+    /// all callers waiting together (group commit, decision 0024); the server calls it before
+    /// it acknowledges a request or hands anything to an agent. PostgreSQL commits durably.
+    async fn durable(&self) -> RepoResult<()>;
+    /// SQLite: commits made by the write connection and commits known to be on disk (tests).
+    fn commit_counts(&self) -> Option<(u64, u64)>;
 }

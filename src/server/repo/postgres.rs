@@ -36,6 +36,7 @@ impl PostgresRepository {
         Ok(Self {
             writes: pool.clone(),
             pool,
+            durability: None,
         })
     }
 }

@@ -228,6 +228,8 @@ pub trait RowsAffected {
 pub struct SqlRepository<DB: Database> {
     pub(super) pool: Pool<DB>,
     pub(super) writes: Pool<DB>,
+    /// SQLite database files: group commit of the write connection (decision 0024).
+    pub(super) durability: Option<std::sync::Arc<super::wal_sync::WalSync>>,
 }
 
 impl<DB: SqlBackend> SqlRepository<DB> {
@@ -236,6 +238,7 @@ impl<DB: SqlBackend> SqlRepository<DB> {
     }
 }
 
+#[async_trait::async_trait]
 impl<DB> Repository for SqlRepository<DB>
 where
     DB: SqlBackend,
@@ -255,6 +258,17 @@ where
 
     fn postgres_options(&self) -> Option<sqlx::postgres::PgConnectOptions> {
         DB::postgres_options(&self.pool)
+    }
+
+    async fn durable(&self) -> RepoResult<()> {
+        match &self.durability {
+            Some(wal) => Ok(wal.sync().await?),
+            None => Ok(()),
+        }
+    }
+
+    fn commit_counts(&self) -> Option<(u64, u64)> {
+        self.durability.as_ref().map(|wal| wal.counts())
     }
 }
 

@@ -3,12 +3,14 @@
 //! so a read-then-write transaction never fails to upgrade.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use super::sql::{RowsAffected, SqlBackend, SqlRepository};
+use super::wal_sync::WalSync;
 use super::{Backend, RepoResult};
 
 pub type SqliteRepository = SqlRepository<Sqlite>;
@@ -47,17 +49,32 @@ impl SqliteRepository {
             } else {
                 SqliteJournalMode::Wal
             })
-            // An answer acknowledged with 200 must survive power loss: in WAL mode NORMAL
-            // may lose the last commits; FULL syncs the WAL at every commit
-            // (docs/decisions/0010-sqlite-durability.md).
-            .synchronous(SqliteSynchronous::Full);
+            // Commits do not wait for the disk; `Repository::durable` syncs them, once for
+            // every caller waiting together, before anything is acknowledged (group commit,
+            // docs/decisions/0024-sqlite-group-commit.md, which replaces 0010's FULL).
+            .synchronous(SqliteSynchronous::Normal);
+        let durability =
+            (!memory).then(|| Arc::new(WalSync::new(options.get_filename().to_path_buf())));
         // One connection writes (decision 0023). It stays open for the life of the
         // repository: it holds the WAL files the read-only connections need.
+        let watch = durability.clone();
         let writes = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
             .idle_timeout(None)
             .max_lifetime(None)
+            .after_connect(move |conn, _| {
+                let watch = watch.clone();
+                Box::pin(async move {
+                    if let Some(wal) = watch {
+                        let mut handle = conn.lock_handle().await?;
+                        // SAFETY: the handle is locked, so this thread alone uses the
+                        // connection while the hook is installed.
+                        unsafe { wal.watch(handle.as_raw_handle().as_ptr()) };
+                    }
+                    Ok(())
+                })
+            })
             .connect_with(options.clone())
             .await?;
         sqlx::migrate!("./migrations/sqlite").run(&writes).await?;
@@ -66,13 +83,18 @@ impl SqliteRepository {
             return Ok(Self {
                 pool: writes.clone(),
                 writes,
+                durability,
             });
         }
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             .connect_with(options.read_only(true))
             .await?;
-        Ok(Self { pool, writes })
+        Ok(Self {
+            pool,
+            writes,
+            durability,
+        })
     }
 }
 
@@ -84,7 +106,7 @@ mod tests {
     use super::SqliteRepository;
     use crate::model::SessionState;
     use crate::server::repo::{
-        NewSession, NewTask, SessionStore, TaskFilter, TaskStore, TranscriptStore,
+        NewSession, NewTask, Repository, SessionStore, TaskFilter, TaskStore, TranscriptStore,
     };
 
     /// How often each statement this connection has prepared was prepared again, by its SQL.
@@ -242,5 +264,58 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("readonly"), "{err}");
+    }
+
+    fn new_task(title: &str) -> NewTask {
+        NewTask {
+            title: title.into(),
+            description: String::new(),
+            workflow_id: None,
+            step_id: None,
+        }
+    }
+
+    /// I8 with group commit (decision 0024): every commit of the write connection is counted
+    /// after it is made; `durable` syncs once for all commits made before it and not at all
+    /// when they are on disk already.
+    #[tokio::test]
+    async fn i8_durable_syncs_once_for_every_commit_made_before_it() {
+        let db = TempDb::new();
+        let repo = SqliteRepository::connect(&db.url()).await.unwrap();
+        let wal = repo.durability.clone().expect("a database file has a WAL");
+        let (c0, _) = wal.counts();
+        for i in 0..3 {
+            repo.create_task(&new_task(&format!("t{i}")), 1_000 + i)
+                .await
+                .unwrap();
+        }
+        let (c1, s1) = wal.counts();
+        assert_eq!(c1, c0 + 3, "one count per commit");
+        assert!(s1 < c1, "not on disk before `durable`");
+        let syncs = wal.syncs();
+        repo.durable().await.unwrap();
+        assert_eq!(wal.counts(), (c1, c1));
+        assert_eq!(wal.syncs(), syncs + 1, "one sync for the three");
+        repo.durable().await.unwrap();
+        assert_eq!(wal.syncs(), syncs + 1, "nothing new: no sync");
+        // Reads commit nothing.
+        repo.list_tasks().await.unwrap();
+        repo.durable().await.unwrap();
+        assert_eq!(wal.syncs(), syncs + 1);
+    }
+
+    /// Decision 0024: the WAL hook that counts commits replaces SQLite's automatic checkpoint;
+    /// it checkpoints at the same threshold, so the WAL does not grow without bound.
+    #[tokio::test]
+    async fn the_commit_counter_keeps_checkpointing_the_wal() {
+        let db = TempDb::new();
+        let repo = SqliteRepository::connect(&db.url()).await.unwrap();
+        for i in 0..3_000 {
+            repo.create_task(&new_task("t"), i).await.unwrap();
+        }
+        let wal = std::fs::metadata(db.0.join("t.db-wal")).unwrap().len();
+        // A checkpoint every 1,000 frames of 4 KiB pages: about 4 MiB at most; 3,000
+        // unchecked commits would leave more than 12 MiB.
+        assert!(wal < 6 << 20, "WAL of {wal} bytes: never checkpointed");
     }
 }
