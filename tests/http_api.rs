@@ -20,7 +20,11 @@ both_http!(
 #[tokio::test]
 async fn i8_a_write_is_acknowledged_only_once_it_is_on_disk() {
     let server = TestServer::start(&support::sqlite_url()).await;
-    let (before, _) = server.state.repo.commit_counts().expect("SQLite counts commits");
+    let (before, _) = server
+        .state
+        .repo
+        .commit_counts()
+        .expect("SQLite counts commits");
     let r = reqwest::Client::new()
         .post(server.url("/api/v1/tasks"))
         .json(&json!({ "title": "durable" }))

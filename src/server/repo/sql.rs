@@ -260,7 +260,7 @@ where
         DB::postgres_options(&self.pool)
     }
 
-    async fn durable(&self) -> RepoResult<()> {
+    async fn durable(&self) -> super::RepoResult<()> {
         match &self.durability {
             Some(wal) => Ok(wal.sync().await?),
             None => Ok(()),

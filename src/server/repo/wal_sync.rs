@@ -27,7 +27,7 @@ pub struct WalSync {
     committed: Arc<AtomicU64>,
     /// Commits known to be on disk.
     synced: AtomicU64,
-    /// `fdatasync` calls made (tests and metrics).
+    /// `fdatasync` calls made (tests).
     syncs: AtomicU64,
     /// Whether the directory entry of the WAL file has been synced once.
     directory_synced: AtomicBool,
@@ -73,6 +73,7 @@ impl WalSync {
     }
 
     /// `fdatasync` calls made so far.
+    #[cfg(test)]
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::SeqCst)
     }
