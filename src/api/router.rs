@@ -140,7 +140,7 @@ async fn durable_before_answer(
 ) -> axum::response::Response {
     let safe = req.method().is_safe();
     let response = next.run(req).await;
-    if !safe && let Err(e) = state.repo.durable().await {
+    if !safe && let Err(e) = state.durable().await {
         return rest::ApiError(AppError::from(e)).into_response();
     }
     response

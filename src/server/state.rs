@@ -29,6 +29,12 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// I8: returns once everything committed before the call is on disk (group commit on
+    /// SQLite, decision 0024); call it before acknowledging anything.
+    pub async fn durable(&self) -> crate::server::repo::RepoResult<()> {
+        self.repo.durable().await
+    }
+
     /// P9: reserves the next revision; call before the authoritative read it labels. On
     /// PostgreSQL the revision comes from the database, so the snapshots of several servers
     /// order among each other; on SQLite (one server) from this server's epoch and counter.
