@@ -126,6 +126,11 @@ async fn serve() -> std::process::ExitCode {
             Ok(())
         }
     };
+    // What the last moments wrote without acknowledging it (summaries, streamed output) goes
+    // to disk before the process exits (decision 0024).
+    if let Err(e) = state.durable().await {
+        tracing::warn!(error = %e, "cannot sync the database before exiting");
+    }
     if let Err(e) = result {
         return fail(format!("server failed: {e}"));
     }
