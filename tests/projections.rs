@@ -174,6 +174,26 @@ async fn marker_task(state: &AppState) -> String {
     id
 }
 
+/// Waits until the projector has handled every event published so far: a marker task
+/// published now is projected after them.
+async fn projector_idle(state: &AppState, rx: &mut tokio::sync::broadcast::Receiver<Event>) {
+    let marker = marker_task(state).await;
+    next_event(rx, summary_of(&marker)).await;
+}
+
+/// A task whose session asked in its first turn, the background projector idle afterwards and
+/// the summary refreshed once by the test: only the test's own refreshes run after it (P6).
+async fn asked_with_projector_idle(url: &str) -> (TestServer, Story, SummaryRecord) {
+    let server = TestServer::start(url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let t1 = s.turn(&s.session).await;
+    s.ask(&s.session, &t1).await;
+    projector_idle(&server.state, &mut rx).await;
+    let base = refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
+    (server, s, base)
+}
+
 fn summary_of<'a>(task: &'a str) -> impl Fn(&Event) -> bool + 'a {
     move |e| e.action == "task.status_summary.updated" && e.payload["task_id"] == task
 }
@@ -243,8 +263,7 @@ async fn i9_skipped_newer_question_stays_cleared_across_turns_and_restart(url: S
     }
     // The projector handles events in order: once a later marker task is projected, every
     // event above was handled.
-    let marker = marker_task(&server.state).await;
-    next_event(&mut rx, summary_of(&marker)).await;
+    projector_idle(&server.state, &mut rx).await;
     assert_eq!(s.summary().await.unwrap().body.pending_action, None);
     server.stop().await;
 
@@ -365,15 +384,7 @@ async fn p5_loader_failure_keeps_the_question(url: String) {
 }
 
 async fn p6_competing_revision_is_rebased_without_losing_fields(url: String) {
-    let server = TestServer::start(&url).await;
-    let mut rx = server.state.hub.subscribe();
-    let s = Story::new(&server.state).await;
-    let t1 = s.turn(&s.session).await;
-    s.ask(&s.session, &t1).await;
-    // Let the background projector go idle first, so only our refresh meets the hook.
-    let marker = marker_task(&server.state).await;
-    next_event(&mut rx, summary_of(&marker)).await;
-    let base = refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
+    let (server, s, base) = asked_with_projector_idle(&url).await;
     // A competing writer lands between the projector's read and its compare-and-set, once.
     let repo = s.state.repo.clone();
     let fired = Arc::new(AtomicU32::new(0));
@@ -430,15 +441,7 @@ async fn p6_competing_revision_is_rebased_without_losing_fields(url: String) {
 /// (`p6_competing_revision_is_rebased_without_losing_fields` covers the revision having moved).
 /// A summary that does need writing is written, once.
 async fn p6_an_unchanged_summary_is_confirmed_by_a_read_not_a_write(url: String) {
-    let server = TestServer::start(&url).await;
-    let mut rx = server.state.hub.subscribe();
-    let s = Story::new(&server.state).await;
-    let t1 = s.turn(&s.session).await;
-    s.ask(&s.session, &t1).await;
-    // The background projector idle: only our refreshes run below.
-    let marker = marker_task(&server.state).await;
-    next_event(&mut rx, summary_of(&marker)).await;
-    let base = refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
+    let (server, s, base) = asked_with_projector_idle(&url).await;
     let writes = || s.state.metrics.summary_writes.load(Ordering::Relaxed);
     let before = writes();
     let again = refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
@@ -459,15 +462,7 @@ async fn p6_an_unchanged_summary_is_confirmed_by_a_read_not_a_write(url: String)
 }
 
 async fn p6_exhausted_retries_invalidate_and_reads_fall_back(url: String) {
-    let server = TestServer::start(&url).await;
-    let mut rx = server.state.hub.subscribe();
-    let s = Story::new(&server.state).await;
-    let t1 = s.turn(&s.session).await;
-    s.ask(&s.session, &t1).await;
-    // Let the background projector go idle first, so only our refresh meets the hook.
-    let marker = marker_task(&server.state).await;
-    next_event(&mut rx, summary_of(&marker)).await;
-    refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
+    let (server, s, _) = asked_with_projector_idle(&url).await;
     // Every attempt loses: a competitor always bumps the revision first.
     let repo = s.state.repo.clone();
     s.state.hooks.set(
@@ -605,8 +600,7 @@ async fn p7_boot_and_reads_repair_a_stale_summary(url: String) {
     let s = Story::new(&server.state).await;
     let t1 = s.turn(&s.session).await;
     s.message(&s.session, &t1).await;
-    let marker = marker_task(&server.state).await;
-    next_event(&mut rx0, summary_of(&marker)).await;
+    projector_idle(&server.state, &mut rx0).await;
     let stale = SummaryBody {
         pending_action: Some(PendingAction::Clarification),
         last_error: Some(competitor_error()),
@@ -767,8 +761,7 @@ async fn p4_a_burst_of_events_for_one_task_costs_one_refresh(url: String) {
     let server = TestServer::start(&url).await;
     let mut rx = server.state.hub.subscribe();
     let s = Story::new(&server.state).await;
-    let marker = marker_task(&server.state).await;
-    next_event(&mut rx, summary_of(&marker)).await;
+    projector_idle(&server.state, &mut rx).await;
 
     let refreshed = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
