@@ -157,7 +157,7 @@ pub async fn respond(
     let mut finalized = false;
     if let Some(waiter) = state.runtime.waiters.take(pending_id) {
         // I8: the agent acts on the answer only once the claim is on disk (decision 0024).
-        let delivered = match state.repo.durable().await {
+        let delivered = match state.durable().await {
             Ok(()) => finalize(state, pending_id).await,
             Err(e) => Err(e),
         };

@@ -97,7 +97,7 @@ pub async fn respond_here(
     }
     // I8: the agent acts on the decision only once it is on disk (decision 0024); it is
     // committed either way, so a failed sync is reported, not undone.
-    if let Err(e) = state.repo.durable().await {
+    if let Err(e) = state.durable().await {
         tracing::error!(permission_id = id, error = %e, "cannot sync a permission decision to disk");
     }
     if reply.send(option_id).is_err() {

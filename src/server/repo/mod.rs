@@ -260,6 +260,25 @@ pub enum CasOutcome {
     },
 }
 
+impl CasOutcome {
+    /// A compare-and-set that wrote nothing, classified by what is stored now (`current`):
+    /// unchanged when that is still the expected revision holding `body`, else a conflict.
+    pub fn unwritten(
+        current: Option<SummaryRecord>,
+        expected: Option<i64>,
+        body: &crate::model::SummaryBody,
+    ) -> Self {
+        match current {
+            Some(c) if Some(c.revision) == expected && !c.invalidated && c.body == *body => {
+                CasOutcome::Unchanged {
+                    revision: c.revision,
+                }
+            }
+            current => CasOutcome::Conflict { current },
+        }
+    }
+}
+
 /// The repository: every area's store, one trait per area (its file holds the trait and its
 /// SQL). Object safe: the server holds an `Arc<dyn Repository>`, on which every area's
 /// methods are callable without importing the area traits. Every write takes its timestamp

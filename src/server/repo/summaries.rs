@@ -166,14 +166,7 @@ where
             return Ok(CasOutcome::Written { revision });
         }
         let current = self.fetch_summary(task_id).await?;
-        Ok(match current {
-            Some(c) if Some(c.revision) == expected && !c.invalidated && c.body == *body => {
-                CasOutcome::Unchanged {
-                    revision: c.revision,
-                }
-            }
-            current => CasOutcome::Conflict { current },
-        })
+        Ok(CasOutcome::unwritten(current, expected, body))
     }
 
     async fn cas_summaries(

@@ -109,16 +109,11 @@ async fn refresh_with(
             // would send a write to the database (SQLite's one write connection, decision
             // 0023) for nothing, and most refreshes find nothing to change (B3): a read
             // confirms that the revision this refresh started from is still the stored one.
-            Some(s) if !s.invalidated && s.body == body => {
-                match state.repo.get_summary(task_id).await.map_err(store_err)? {
-                    Some(c) if c.revision == s.revision && !c.invalidated && c.body == body => {
-                        CasOutcome::Unchanged {
-                            revision: c.revision,
-                        }
-                    }
-                    current => CasOutcome::Conflict { current },
-                }
-            }
+            Some(s) if !s.invalidated && s.body == body => CasOutcome::unwritten(
+                state.repo.get_summary(task_id).await.map_err(store_err)?,
+                Some(s.revision),
+                &body,
+            ),
             _ => {
                 state
                     .metrics

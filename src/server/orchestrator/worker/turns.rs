@@ -110,7 +110,7 @@ impl Worker {
         }
         sessions::set_state(&self.state, &self.session_id, SessionState::Running).await?;
         // I8: the agent acts on the prompt only once its turn is on disk (decision 0024).
-        let r = self.state.repo.durable().await;
+        let r = self.state.durable().await;
         self.log("cannot sync the prompt's turn to disk", r);
         if let Some(agent) = &self.agent {
             agent.connection.prompt(content);
@@ -166,7 +166,7 @@ impl Worker {
         // I8: the resume is marked delivered on disk before the agent has it (decision 0024).
         // It is delivered either way: the mark is committed, only its power-loss safety is
         // in doubt after a failed sync.
-        let r = self.state.repo.durable().await;
+        let r = self.state.durable().await;
         self.log("cannot sync the delivered resume to disk", r);
         // Delivered: from here the answer is the agent's (exactly once).
         self.open_turn = Some(owed.id.clone());
