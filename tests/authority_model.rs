@@ -196,6 +196,7 @@ async fn build_history(repo: &Arc<dyn Repository>, rng: &mut SmallRng) -> Vec<Mo
                 t.has_message = true;
             }
         }
+        move_reservations(repo, &mut s, rng).await;
         if !s.turns.is_empty() {
             for _ in 0..rng.random_range(0..4) {
                 let turn = s.turns[rng.random_range(0..s.turns.len())].id.clone();
@@ -265,6 +266,34 @@ async fn build_history(repo: &Arc<dyn Repository>, rng: &mut SmallRng) -> Vec<Mo
         sessions.push(s);
     }
     sessions
+}
+
+/// The other changes that can move the current turn (L19), each checked against the model's
+/// expectation: an empty unattempted reservation deleted, an attempted one published, or
+/// dispatched (it then starts at a new time, only while it is the current turn of a live
+/// session). The maintained pointer (`sessions.current_turn_id`, decision 0025) must follow.
+async fn move_reservations(repo: &Arc<dyn Repository>, s: &mut ModelSession, rng: &mut SmallRng) {
+    for k in (0..s.turns.len()).rev() {
+        let t = s.turns[k].clone();
+        if t.reserved && !t.attempted && !t.has_message && rng.random_bool(0.3) {
+            assert!(repo.delete_reservation(&t.id).await.unwrap(), "{t:?}");
+            s.turns.remove(k);
+        } else if t.reserved && t.attempted && rng.random_bool(0.5) {
+            if rng.random_bool(0.3) {
+                assert!(repo.publish_turn(&t.id).await.unwrap(), "{t:?}");
+                s.turns[k].reserved = false;
+                continue;
+            }
+            let at = T0 + rng.random_range(0..6);
+            let expected = s.current_turn() == Some(t.id.as_str()) && !s.state.is_terminal();
+            let dispatched = repo.dispatch_resume(&t.id, at).await.unwrap();
+            assert_eq!(dispatched, expected, "dispatch of {t:?} in {s:#?}");
+            if dispatched {
+                s.turns[k].reserved = false;
+                s.turns[k].started_at = at;
+            }
+        }
+    }
 }
 
 /// Random claims: the repository must agree with the model on who can claim what (L13/L14).
@@ -432,4 +461,40 @@ async fn l3_batch_equals_scalar_equals_model_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn l3_batch_equals_scalar_equals_model_postgres() {
     run(support::postgres_repo).await;
+}
+
+/// Decision 0025: the database maintains L1 in `sessions.current_turn_id` with triggers, and
+/// every recomputation in the migrations is the authority's one definition, verbatim (after
+/// collapsing whitespace), bound to the row the trigger moved. The model tests above check the
+/// pointer's value after every kind of change; this checks the two files hold no other L1.
+#[test]
+fn l1_the_pointer_is_maintained_with_the_authoritys_definition() {
+    use turnstile::server::repo::authority::current_turn_defined;
+    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    for (file, text, bound) in [
+        (
+            "sqlite",
+            include_str!("../migrations/sqlite/0005_current_turn_pointer.sql"),
+            &["sessions.id", "NEW.session_id", "OLD.session_id"][..],
+        ),
+        (
+            "postgres",
+            include_str!("../migrations/postgres/0005_current_turn_pointer.sql"),
+            &["sessions.id", "moved"][..],
+        ),
+    ] {
+        let mut rest = flat(text);
+        for session in bound {
+            let definition = flat(&current_turn_defined(session));
+            assert!(
+                rest.contains(&definition),
+                "{file}: no recomputation for {session}; expected {definition}"
+            );
+            rest = rest.replace(&definition, "");
+        }
+        assert!(
+            !rest.contains("FROM turns ct"),
+            "{file}: a current turn computed otherwise than by the definition:\n{rest}"
+        );
+    }
 }

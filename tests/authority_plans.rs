@@ -150,6 +150,14 @@ async fn b1_sqlite_authority_plans_search_indexes_and_never_scan_history() {
         .map(|(id, parent, _, detail)| (id, parent, detail))
         .collect();
         let text: Vec<&str> = plan.iter().map(|(_, _, d)| d.as_str()).collect();
+        // Decision 0025: the current turn is the session row's maintained pointer, so the
+        // authority's reads never search the turns or their messages.
+        assert!(
+            !text
+                .iter()
+                .any(|d| d.contains(" ct ") || d.contains("turns") || d.contains("messages")),
+            "{name}: reads turns or messages\n{text:#?}"
+        );
         for (_, parent, detail) in &plan {
             assert!(
                 !detail.starts_with("SCAN")
@@ -209,6 +217,12 @@ async fn b1_postgres_authority_reads_the_same_rows_with_1_or_300_turns() {
             // The plan is a `json` column (text on the wire); sqlx is built without JSON types.
             let plan: Value =
                 serde_json::from_str(&row.try_get_unchecked::<String, _>(0).unwrap()).unwrap();
+            for table in ["turns", "messages"] {
+                assert!(
+                    !plans_relation(&plan[0]["Plan"], table),
+                    "{name} reads {table} (decision 0025: the session row holds the current turn)"
+                );
+            }
             read.push(history_rows_read(&plan[0]["Plan"]));
         }
         eprintln!(
@@ -224,6 +238,14 @@ async fn b1_postgres_authority_reads_the_same_rows_with_1_or_300_turns() {
     }
     drop(conn);
     support::drop_postgres(&url).await;
+}
+
+/// Whether any node of a JSON plan reads `relation`.
+fn plans_relation(node: &Value, relation: &str) -> bool {
+    node["Relation Name"].as_str() == Some(relation)
+        || node["Plans"]
+            .as_array()
+            .is_some_and(|plans| plans.iter().any(|p| plans_relation(p, relation)))
 }
 
 /// The plan tree of an `EXPLAIN (ANALYZE, FORMAT JSON)` query.

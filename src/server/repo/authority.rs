@@ -13,17 +13,39 @@ const TERMINAL_STATES: &str = "('completed', 'failed', 'cancelled')";
 /// P1: only these sessions can have a pending action.
 const INPUT_CAPABLE_STATES: &str = "('running', 'waiting_for_input')";
 
-/// L1 as an SQL scalar subquery: the id of the current turn of the session whose id is the SQL
-/// expression `session`. Newest by `started_at`, then `created_at`, then `id`; completed turns
-/// count; a reservation counts only once attempted or referenced by a message (L19). Backed by
-/// the `turns_authority` index, so its cost does not grow with history (B1).
-pub fn current_turn_of(session: &str) -> String {
+/// L1, the definition, as an SQL scalar subquery: the id of the current turn of the session
+/// whose id is the SQL expression `session`. Newest by `started_at`, then `created_at`, then
+/// `id`; completed turns count; a reservation counts only once attempted or referenced by a
+/// message (L19).
+///
+/// Readers do not run it: the database keeps its result in `sessions.current_turn_id`,
+/// recomputed by triggers in the same statement as every change that can move it (migration
+/// `0005_current_turn_pointer`, which holds this text verbatim; decision 0025). The authority's
+/// reads then cost one session row whatever the history (B1).
+pub fn current_turn_defined(session: &str) -> String {
     format!(
         "(SELECT ct.id FROM turns ct \
           WHERE ct.session_id = {session} \
             AND (ct.reservation <> 'reserved' \
                  OR EXISTS (SELECT 1 FROM messages cm WHERE cm.turn_id = ct.id)) \
           ORDER BY ct.started_at DESC, ct.created_at DESC, ct.id DESC LIMIT 1)"
+    )
+}
+
+/// L1 as read: the maintained pointer of [`current_turn_defined`] for the session whose id is
+/// the SQL expression `session`.
+pub fn current_turn_of(session: &str) -> String {
+    format!("(SELECT cs.current_turn_id FROM sessions cs WHERE cs.id = {session})")
+}
+
+/// The current turn of the session `session` if that session is not terminal, else NULL: the
+/// turn a bundle must be in to be active (L2), read from one session row. (A predicate compares
+/// it through `COALESCE(…, '')` so that it is false, never NULL, for a terminal session: the
+/// `active` column is read as a boolean.)
+fn live_current_turn_of(session: &str) -> String {
+    format!(
+        "(SELECT ls.current_turn_id FROM sessions ls \
+          WHERE ls.id = {session} AND ls.state NOT IN {TERMINAL_STATES})"
     )
 }
 
@@ -40,11 +62,8 @@ pub fn bundle_is_active(b: &str) -> String {
 /// stale bundles is never read (B1; PostgreSQL evaluated the correlated form per row).
 pub fn bundle_is_active_in(b: &str, session: &str) -> String {
     format!(
-        "({b}.status = 'pending' \
-          AND {b}.turn_id = {current} \
-          AND EXISTS (SELECT 1 FROM sessions bs WHERE bs.id = {session} \
-                      AND bs.state NOT IN {TERMINAL_STATES}))",
-        current = current_turn_of(session)
+        "({b}.status = 'pending' AND {b}.turn_id = COALESCE({current}, ''))",
+        current = live_current_turn_of(session)
     )
 }
 
@@ -175,20 +194,18 @@ fn bundle_with_activity(backend: Backend) -> String {
 fn pending_actions(backend: Backend) -> String {
     format!(
         "WITH cur AS ( \
-           SELECT s.id AS session_id, s.state AS state, {current} AS turn_id \
+           SELECT s.id AS session_id, s.state AS state, s.current_turn_id AS turn_id \
            FROM sessions s WHERE {ids} \
          ) \
          SELECT cur.session_id AS session_id, {pending} AS pending_action \
          FROM cur",
-        current = current_turn_of("s.id"),
         ids = is_one_of_json_ids(backend, "s.id"),
         pending = pending_action_of_cur(),
     )
 }
 
 /// Every session of the given tasks (id, task, state, primary flag) with its P1 pending action.
-/// The current turn is looked up only for input-capable sessions (the others have none). The
-/// rows come back as one JSON array of `[session_id, task_id, state, is_primary,
+/// The rows come back as one JSON array of `[session_id, task_id, state, is_primary,
 /// pending_action]` ([`super::sql::json_rows`]).
 fn task_sessions(backend: Backend) -> String {
     let rows = super::sql::json_rows(
@@ -200,12 +217,11 @@ fn task_sessions(backend: Backend) -> String {
         "WITH cur AS ( \
            SELECT s.id AS session_id, s.task_id AS task_id, s.state AS state, \
                   s.is_primary AS is_primary, \
-                  CASE WHEN s.state IN {INPUT_CAPABLE_STATES} THEN {current} END AS turn_id \
+                  s.current_turn_id AS turn_id \
            FROM sessions s WHERE {ids} \
          ) \
          SELECT {rows} FROM (SELECT cur.session_id, cur.task_id, cur.state, cur.is_primary, \
                                     {pending} AS pending_action FROM cur) AS cur",
-        current = current_turn_of("s.id"),
         ids = is_one_of_json_ids(backend, "s.task_id"),
         pending = pending_action_of_cur(),
     )
@@ -265,19 +281,15 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
         // resume (an answer the user already gave comes next; the agent's turn is over).
         ask_turn: format!(
             "SELECT t.id FROM turns t \
-             WHERE t.id = {} AND t.completed_at IS NULL AND t.reservation = 'none' \
-               AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = t.session_id \
-                           AND s.state NOT IN {TERMINAL_STATES})",
-            current_turn_of("$1")
+             WHERE t.id = {} AND t.completed_at IS NULL AND t.reservation = 'none'",
+            live_current_turn_of("$1")
         ),
         // L18/L1: an owed resume is handed over once, only while it is the current turn (nothing
         // newer may start before it, L5) of a live session; it then starts now.
         dispatch_resume: format!(
             "UPDATE turns SET reservation = 'none', started_at = $2 \
-             WHERE id = $1 AND reservation = 'attempted' AND id = {} \
-               AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = turns.session_id \
-                           AND s.state NOT IN {TERMINAL_STATES})",
-            current_turn_of("turns.session_id")
+             WHERE id = $1 AND reservation = 'attempted' AND id = {}",
+            live_current_turn_of("turns.session_id")
         ),
         // L18: only an undelivered claim whose turn is still current goes back to pending.
         restore_bundle: format!(
