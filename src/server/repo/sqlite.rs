@@ -59,6 +59,7 @@ impl SqliteRepository {
         // repository: it holds the WAL files the read-only connections need.
         let watch = durability.clone();
         let writes = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(1)
             .min_connections(1)
             .idle_timeout(None)
@@ -87,6 +88,7 @@ impl SqliteRepository {
             });
         }
         let pool = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(8)
             .connect_with(options.read_only(true))
             .await?;
@@ -183,6 +185,16 @@ mod tests {
             .filter(|(sql, n)| **n > before.get(*sql).copied().unwrap_or(0))
             .collect();
         assert!(again.is_empty(), "prepared again: {again:#?}");
+    }
+
+    /// Decision 0026: an in-process SQLite connection cannot have been closed by a server, so
+    /// no pool sends it a ping (a round trip to its worker thread) before every statement.
+    #[tokio::test]
+    async fn no_connection_is_pinged_before_use() {
+        let db = TempDb::new();
+        let repo = SqliteRepository::connect(&db.url()).await.unwrap();
+        assert!(!repo.pool.options().get_test_before_acquire());
+        assert!(!repo.writes.options().get_test_before_acquire());
     }
 
     /// A database file in a directory of its own, removed when dropped.
