@@ -248,4 +248,5 @@ async fn main() {
         results.insert(name, serde_json::Value::Object(rows));
     }
     args.write_json(&serde_json::Value::Object(results));
+    common::clean_up().await;
 }

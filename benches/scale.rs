@@ -188,4 +188,5 @@ async fn main() {
         println!("{l}");
     }
     args.write_json(&serde_json::json!({ "B2": b2, "B5": b5 }));
+    common::clean_up().await;
 }

@@ -56,8 +56,7 @@ struct Server {
 impl Server {
     async fn start(database_url: &str) -> Server {
         let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("turnstile-bench-srv-{}", uuid::Uuid::now_v7()));
+        let dir = common::scratch_dir().join(format!("srv-{}", uuid::Uuid::now_v7()));
         std::fs::create_dir_all(&dir).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
             .arg("--database-url")
@@ -543,4 +542,5 @@ async fn main() {
                 && mb(after_rss) <= mb(warm_rss) * 1.1,
         }},
     }));
+    common::clean_up().await;
 }

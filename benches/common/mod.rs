@@ -49,11 +49,24 @@ pub fn backends() -> Vec<(String, String)> {
     backends
 }
 
+/// Where this run keeps its files (SQLite databases, server data directories): one directory,
+/// removed by [`clean_up`].
+pub fn scratch_dir() -> &'static std::path::Path {
+    static DIR: std::sync::LazyLock<std::path::PathBuf> = std::sync::LazyLock::new(|| {
+        let dir = std::env::temp_dir().join(format!("turnstile-bench-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    });
+    &DIR
+}
+
+/// The PostgreSQL databases this run created: `(server URL, database name)`.
+static CREATED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
 /// The URL of a new, empty database on the backend of `url_base`.
 pub async fn fresh_database(url_base: &str, name: &str) -> String {
     if url_base.starts_with("sqlite") {
-        let dir =
-            std::env::temp_dir().join(format!("turnstile-bench-{name}-{}", uuid::Uuid::now_v7()));
+        let dir = scratch_dir().join(format!("{name}-{}", uuid::Uuid::now_v7()));
         std::fs::create_dir_all(&dir).unwrap();
         return format!("sqlite:{}", dir.join("b.db").display());
     }
@@ -64,8 +77,29 @@ pub async fn fresh_database(url_base: &str, name: &str) -> String {
         .execute(&mut conn)
         .await
         .unwrap();
+    CREATED
+        .lock()
+        .unwrap()
+        .push((url_base.to_string(), db.clone()));
     let base = url_base.rsplit_once('/').unwrap().0;
     format!("{base}/{db}")
+}
+
+/// Removes what the run made: its scratch directory (each run's databases and server data
+/// directories, up to a few hundred MB) and its PostgreSQL databases.
+pub async fn clean_up() {
+    use sqlx::Connection;
+    let created = std::mem::take(&mut *CREATED.lock().unwrap());
+    for (server, db) in created {
+        let mut conn = sqlx::PgConnection::connect(&server).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {db} WITH (FORCE)"
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let _ = std::fs::remove_dir_all(scratch_dir());
 }
 
 /// `tasks` tasks with three idle sessions each, through the repository (4 tasks at a time).
