@@ -29,6 +29,7 @@ both_http!(
     d10_n3_a_turn_completed_by_start_up_recovery_runs_its_step_action,
     d10_several_selected_options_reach_the_agent_live,
     d11_script_lines_go_on_after_an_ask_timeout,
+    i8_a_failed_sync_hands_the_answer_to_nobody,
 );
 both!(d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it);
 
@@ -415,6 +416,47 @@ async fn d5_a_failed_finalize_hands_nothing_over_and_nothing_reopens_after_resta
         "not reopened"
     );
     again.stop().await;
+}
+
+/// I8 (decision 0024): a live answer reaches the agent's waiting tool call only once its claim
+/// is on disk. The sync before the hand-over fails once: the answer goes to nobody, the
+/// question is pending again and nothing reached the agent; the retry delivers it once.
+async fn i8_a_failed_sync_hands_the_answer_to_nobody(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, session) = api.start_task("/e2e:clarification").await;
+    let pending = api.pending_id(&session).await;
+    server.state.hooks.fail(Point::Durable, 1);
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["retryable"]), (500, &json!(true)), "{body}");
+    assert_eq!(
+        server.state.hooks.armed(Point::Durable),
+        0,
+        "the hand-over asked for the sync"
+    );
+    let b = bundle(&api, &pending).await;
+    assert_eq!(
+        (&b["status"], &b["active"]),
+        (&json!("pending"), &json!(true))
+    );
+    assert!(
+        !api.agent_lines(&session)
+            .await
+            .iter()
+            .any(|l| l.starts_with("You answered")),
+        "nothing reached the agent"
+    );
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    api.wait_turns_done(&session, 1).await;
+    let answered: Vec<String> = api
+        .agent_lines(&session)
+        .await
+        .into_iter()
+        .filter(|l| l.starts_with("You answered"))
+        .collect();
+    assert_eq!(answered.len(), 1, "delivered exactly once: {answered:?}");
+    server.stop().await;
 }
 
 /// Defect 6 (repository): a resume kept the `started_at` of its reservation, so a prompt

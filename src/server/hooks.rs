@@ -46,6 +46,9 @@ pub enum Point {
     /// Between reconciliation's two reads (P7): the stored summaries and the authoritative
     /// pending state; the key is the first task id.
     ReconcileReads,
+    /// Before commits are synced to disk (`AppState::durable`, I8, decision 0024); a failure
+    /// armed here stands for a failed sync.
+    Durable,
 }
 
 impl Point {
@@ -62,6 +65,7 @@ impl Point {
             Point::AskSync => "ask-sync",
             Point::HeartbeatFailed => "heartbeat-failed",
             Point::ReconcileReads => "reconcile-reads",
+            Point::Durable => "durable",
         }
     }
 }

@@ -32,6 +32,7 @@ impl AppState {
     /// I8: returns once everything committed before the call is on disk (group commit on
     /// SQLite, decision 0024); call it before acknowledging anything.
     pub async fn durable(&self) -> crate::server::repo::RepoResult<()> {
+        self.hooks.check(crate::server::hooks::Point::Durable)?;
         self.repo.durable().await
     }
 
