@@ -373,17 +373,21 @@ async fn d4_n3_a_rejection_while_the_turn_is_open_advances_the_task_once(url: St
     server.stop().await;
 }
 
-/// Defect 5: a failed `finalize_delivery` after a live delivery answered 500 "retry", and
-/// recovery later reopened the question the agent had used. Now the delivery is recorded
-/// before the hand-over: a failure hands nothing over; nothing can fail after it.
-async fn d5_a_failed_finalize_hands_nothing_over_and_nothing_reopens_after_restart(url: String) {
-    let server = TestServer::start(&url).await;
+/// A live hand-over that fails once at `point`, on a new task's question: a retryable 500,
+/// nothing reaches the agent, the question is pending again; the retry delivers it exactly
+/// once. Returns the question's pending id.
+async fn a_failed_hand_over_then_a_retry(server: &TestServer, point: Point) -> String {
     let api = Api::new(&server.base);
     let (_, session) = api.start_task("/e2e:clarification").await;
     let pending = api.pending_id(&session).await;
-    server.state.hooks.fail(Point::Finalize, 1);
+    server.state.hooks.fail(point, 1);
     let (status, body) = respond(&api, &pending, answer("sqlite")).await;
     assert_eq!((status, &body["retryable"]), (500, &json!(true)), "{body}");
+    assert_eq!(
+        server.state.hooks.armed(point),
+        0,
+        "the hand-over reached {point:?}"
+    );
     let b = bundle(&api, &pending).await;
     assert_eq!(
         (&b["status"], &b["active"]),
@@ -406,6 +410,15 @@ async fn d5_a_failed_finalize_hands_nothing_over_and_nothing_reopens_after_resta
         .filter(|l| l.starts_with("You answered"))
         .collect();
     assert_eq!(answered.len(), 1, "delivered exactly once: {answered:?}");
+    pending
+}
+
+/// Defect 5: a failed `finalize_delivery` after a live delivery answered 500 "retry", and
+/// recovery later reopened the question the agent had used. Now the delivery is recorded
+/// before the hand-over: a failure hands nothing over; nothing can fail after it.
+async fn d5_a_failed_finalize_hands_nothing_over_and_nothing_reopens_after_restart(url: String) {
+    let server = TestServer::start(&url).await;
+    let pending = a_failed_hand_over_then_a_retry(&server, Point::Finalize).await;
     server.stop().await;
     let again = TestServer::start(&url).await;
     let api = Api::new(&again.base);
@@ -423,39 +436,7 @@ async fn d5_a_failed_finalize_hands_nothing_over_and_nothing_reopens_after_resta
 /// question is pending again and nothing reached the agent; the retry delivers it once.
 async fn i8_a_failed_sync_hands_the_answer_to_nobody(url: String) {
     let server = TestServer::start(&url).await;
-    let api = Api::new(&server.base);
-    let (_, session) = api.start_task("/e2e:clarification").await;
-    let pending = api.pending_id(&session).await;
-    server.state.hooks.fail(Point::Durable, 1);
-    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
-    assert_eq!((status, &body["retryable"]), (500, &json!(true)), "{body}");
-    assert_eq!(
-        server.state.hooks.armed(Point::Durable),
-        0,
-        "the hand-over asked for the sync"
-    );
-    let b = bundle(&api, &pending).await;
-    assert_eq!(
-        (&b["status"], &b["active"]),
-        (&json!("pending"), &json!(true))
-    );
-    assert!(
-        !api.agent_lines(&session)
-            .await
-            .iter()
-            .any(|l| l.starts_with("You answered")),
-        "nothing reached the agent"
-    );
-    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
-    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
-    api.wait_turns_done(&session, 1).await;
-    let answered: Vec<String> = api
-        .agent_lines(&session)
-        .await
-        .into_iter()
-        .filter(|l| l.starts_with("You answered"))
-        .collect();
-    assert_eq!(answered.len(), 1, "delivered exactly once: {answered:?}");
+    a_failed_hand_over_then_a_retry(&server, Point::Durable).await;
     server.stop().await;
 }
 
