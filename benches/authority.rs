@@ -218,15 +218,11 @@ async fn main() {
         };
         let mut rows = serde_json::Map::new();
         for (query, probe) in probes() {
+            let naive = query.starts_with("naive");
             // The naive baseline takes a second per sample at 1,000 turns: fewer samples.
-            let n = if query.starts_with("naive") {
-                samples.min(21)
-            } else {
-                samples
-            };
+            let n = if naive { samples.min(21) } else { samples };
             let (a, b) = interleaved(probe, &small, &large, n).await;
             let ratio = b.as_secs_f64() / a.as_secs_f64();
-            let naive = query.starts_with("naive");
             let target = if naive { "grows ~linearly" } else { "≤ 1.3" };
             println!(
                 "| {name} | {query} | {} | {} | {ratio:.2} | {target} |",

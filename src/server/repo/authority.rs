@@ -57,9 +57,9 @@ pub fn bundle_is_active(b: &str) -> String {
 }
 
 /// [`bundle_is_active`] for bundles already known to belong to the session `session` (an SQL
-/// expression that does not depend on the bundle row, e.g. `$1`): the current turn is then
-/// computed once per statement instead of once per bundle row, so a session's history of
-/// stale bundles is never read (B1; PostgreSQL evaluated the correlated form per row).
+/// expression that does not depend on the bundle row, e.g. `$1`): the session row is then
+/// read once per statement instead of once per bundle row (B1; PostgreSQL evaluated the
+/// correlated form per row).
 pub fn bundle_is_active_in(b: &str, session: &str) -> String {
     format!(
         "({b}.status = 'pending' AND {b}.turn_id = COALESCE({current}, ''))",
