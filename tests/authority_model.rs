@@ -380,6 +380,21 @@ async fn check_history(repo: Arc<dyn Repository>, seed: u64) {
             "seed {seed}: task_sessions vs batch for {s:#?}"
         );
     }
+    // The projector's one-snapshot form: the same sessions and the same stored summaries.
+    let (mut with_summaries, summaries) =
+        repo.task_sessions_with_summaries(&task_ids).await.unwrap();
+    let mut by_task = by_task;
+    by_task.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+    with_summaries.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+    assert_eq!(
+        with_summaries, by_task,
+        "seed {seed}: task_sessions_with_summaries vs task_sessions"
+    );
+    assert_eq!(
+        summaries,
+        repo.get_summaries(&task_ids).await.unwrap(),
+        "seed {seed}: task_sessions_with_summaries vs get_summaries"
+    );
     let mut seen: HashMap<Option<PendingAction>, usize> = HashMap::new();
     for s in &sessions {
         let current = repo.current_turn_id(&s.id).await.unwrap();

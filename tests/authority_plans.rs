@@ -6,87 +6,11 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use serde_json::Value;
 use sqlx::{Connection, Row};
-use turnstile::model::{MessageAuthor, MessageKind, SessionState};
+use support::session_with_history;
 use turnstile::server::repo::authority::SQL;
-use turnstile::server::repo::{
-    self, Backend, NewBundle, NewMessage, NewSession, NewTask, NewTurn, Repository,
-};
-
-/// A session with `turns` turns, each holding a message and a (stale, but for the last)
-/// pending bundle: the shape of B1. Returns the session's id and its task's.
-async fn session_with_history(repo: &Arc<dyn Repository>, turns: usize) -> (String, String) {
-    let task = repo
-        .create_task(
-            &NewTask {
-                title: "history".into(),
-                ..Default::default()
-            },
-            0,
-        )
-        .await
-        .unwrap()
-        .id;
-    let session = repo
-        .create_session(
-            &NewSession {
-                task_id: task.clone(),
-                agent_profile_id: None,
-                name: "s".into(),
-                state: SessionState::WaitingForInput,
-                is_primary: true,
-                mcp_token_hash: None,
-            },
-            0,
-        )
-        .await
-        .unwrap()
-        .id;
-    for t in 0..turns {
-        let at = 1_000 + t as i64;
-        let turn = repo
-            .insert_turn(&NewTurn {
-                id: None,
-                session_id: session.clone(),
-                started_at: at,
-                created_at: at,
-            })
-            .await
-            .unwrap()
-            .id;
-        repo.insert_message(
-            &NewMessage {
-                session_id: session.clone(),
-                turn_id: turn.clone(),
-                author: MessageAuthor::Agent,
-                kind: MessageKind::Text,
-                content: "m".into(),
-                pending_id: None,
-            },
-            at,
-        )
-        .await
-        .unwrap();
-        repo.insert_bundle(
-            &NewBundle {
-                pending_id: None,
-                session_id: session.clone(),
-                turn_id: turn,
-                context: None,
-                dedup_key: format!("k{t}"),
-                questions: vec![],
-                message_content: "?".into(),
-            },
-            at,
-        )
-        .await
-        .unwrap();
-    }
-    (session, task)
-}
+use turnstile::server::repo::{self, Backend};
 
 /// What a statement is bound to.
 #[derive(Clone, Copy)]
@@ -116,6 +40,11 @@ fn statements(backend: Backend) -> Vec<(&'static str, String, Arg)> {
         (
             "task_sessions",
             SQL.task_sessions(backend).to_string(),
+            Arg::Tasks,
+        ),
+        (
+            "task_sessions_with_summaries",
+            SQL.task_sessions_with_summaries(backend).to_string(),
             Arg::Tasks,
         ),
     ]
@@ -316,6 +245,11 @@ async fn b2_postgres_page_reads_only_the_pages_rows() {
             (
                 "task_sessions",
                 SQL.task_sessions(Backend::Postgres),
+                &tasks,
+            ),
+            (
+                "task_sessions_with_summaries",
+                SQL.task_sessions_with_summaries(Backend::Postgres),
                 &tasks,
             ),
             (

@@ -599,3 +599,75 @@ pub async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// A session with `turns` turns, each holding a message and a (stale, but for the last)
+/// pending bundle: the shape of B1. Returns the session's id and its task's.
+pub async fn session_with_history(repo: &Arc<dyn Repository>, turns: usize) -> (String, String) {
+    let task = repo
+        .create_task(
+            &repo::NewTask {
+                title: "history".into(),
+                ..Default::default()
+            },
+            0,
+        )
+        .await
+        .unwrap()
+        .id;
+    let session = repo
+        .create_session(
+            &repo::NewSession {
+                task_id: task.clone(),
+                agent_profile_id: None,
+                name: "s".into(),
+                state: turnstile::model::SessionState::WaitingForInput,
+                is_primary: true,
+                mcp_token_hash: None,
+            },
+            0,
+        )
+        .await
+        .unwrap()
+        .id;
+    for t in 0..turns {
+        let at = 1_000 + t as i64;
+        let turn = repo
+            .insert_turn(&repo::NewTurn {
+                id: None,
+                session_id: session.clone(),
+                started_at: at,
+                created_at: at,
+            })
+            .await
+            .unwrap()
+            .id;
+        repo.insert_message(
+            &repo::NewMessage {
+                session_id: session.clone(),
+                turn_id: turn.clone(),
+                author: turnstile::model::MessageAuthor::Agent,
+                kind: turnstile::model::MessageKind::Text,
+                content: "m".into(),
+                pending_id: None,
+            },
+            at,
+        )
+        .await
+        .unwrap();
+        repo.insert_bundle(
+            &repo::NewBundle {
+                pending_id: None,
+                session_id: session.clone(),
+                turn_id: turn,
+                context: None,
+                dedup_key: format!("k{t}"),
+                questions: vec![],
+                message_content: "?".into(),
+            },
+            at,
+        )
+        .await
+        .unwrap();
+    }
+    (session, task)
+}

@@ -7,8 +7,8 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::ask::{Ask, tool_output};
-use crate::model::{AppError, SessionState};
-use crate::server::orchestrator::superseded::{SUPERSEDED, is_superseded as superseded};
+use crate::model::{AppError, BundleStatus, SessionState};
+use crate::server::orchestrator::superseded::SUPERSEDED;
 use crate::server::orchestrator::{publish, sessions};
 use crate::server::repo::{NewAsk, RepoResult, SessionRecord};
 use crate::server::runtime::WaiterMsg;
@@ -60,8 +60,16 @@ where
             let id = crate::server::repo::new_id();
             state.runtime.waiters.put(&id, tx);
             match write(state, session, &ask, &id).await {
-                Ok(true) => {}
-                Ok(false) => {
+                Ok(Written::Asked { superseded: false }) => {}
+                // A resume owed for an earlier answer may have become current between the
+                // read and our commit: then this question is already superseded and nobody
+                // will answer it. (`superseded::end_waits` covers the other order.)
+                Ok(Written::Asked { superseded: true }) => {
+                    if state.runtime.waiters.take(&id).is_some() {
+                        return AskOutcome::Ended(SUPERSEDED);
+                    }
+                }
+                Ok(Written::NotCurrent) => {
                     state.runtime.waiters.take(&id);
                     return AskOutcome::Ended(SUPERSEDED);
                 }
@@ -69,12 +77,6 @@ where
                     state.runtime.waiters.take(&id);
                     return AskOutcome::Failed(e.into());
                 }
-            }
-            // A resume owed for an earlier answer may have become current between the read
-            // and our commit: then this question is already superseded and nobody will answer
-            // it. (`superseded::end_waits` covers the other order.)
-            if superseded(state, &id).await && state.runtime.waiters.take(&id).is_some() {
-                return AskOutcome::Ended(SUPERSEDED);
             }
             id
         }
@@ -155,16 +157,24 @@ async fn existing_identical(
         .map(|b| b.record.pending_id))
 }
 
+/// What [`write`] did.
+enum Written {
+    /// The agent's turn is no longer current: nothing was written.
+    NotCurrent,
+    /// Written and published; `superseded`: already no longer active when read back.
+    Asked { superseded: bool },
+}
+
 /// L6/L7: bundle, questions, transcript message and the session's `waiting_for_input` in one
 /// transaction guarded by the current turn; published after the commit, the state first, so
-/// nobody sees the question before the session waits. `Ok(false)`: the agent's turn is no
-/// longer current (nothing written).
+/// nobody sees the question before the session waits. The bundle is read back once, after the
+/// commit, for its event and to tell whether it is already superseded.
 async fn write(
     state: &AppState,
     session: &SessionRecord,
     ask: &Ask,
     pending_id: &str,
-) -> RepoResult<bool> {
+) -> RepoResult<Written> {
     let new = NewAsk {
         pending_id: pending_id.to_string(),
         session_id: session.id.clone(),
@@ -178,16 +188,20 @@ async fn write(
         .ask_in_current_turn(&new, state.clock.now())
         .await?
     else {
-        return Ok(false);
+        return Ok(Written::NotCurrent);
     };
     state.runtime.counters.note_foreign_row(&session.id);
-    publish::session_state_changed(state, &written.session).await;
-    publish::message(state, publish::MessageEvent::Added, &written.message).await;
-    publish::bundles_by_id(
-        state,
-        publish::BundleEvent::Requested,
-        std::slice::from_ref(&written.bundle.pending_id),
-    )
-    .await;
-    Ok(true)
+    publish::session_state_and_message_added(state, &written.session, &written.message).await;
+    let superseded = match state.repo.get_bundle(pending_id).await {
+        Ok(Some(b)) => {
+            publish::bundle(state, publish::BundleEvent::Requested, &b);
+            b.record.status == BundleStatus::Pending && !b.active
+        }
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(pending_id, error = %e, "cannot re-read the bundle for its event");
+            false
+        }
+    };
+    Ok(Written::Asked { superseded })
 }

@@ -168,7 +168,18 @@ pub async fn respond(
         finalized = true;
         match waiter.send(WaiterMsg::Answer(response)) {
             Ok(()) => {
-                publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
+                // The committed state, without reading it back: the claim returned the row,
+                // the questions were read above, and an answered bundle is not active (L2)
+                // and can no longer change (delivered, L15).
+                let answered = BundleView {
+                    record: BundleRecord {
+                        delivery_pending: false,
+                        ..record.clone()
+                    },
+                    questions: bundle.questions.clone(),
+                    active: false,
+                };
+                publish::bundle(state, action, &answered);
                 return Ok(won);
             }
             // The call ended after we took it: it goes the detached way instead.

@@ -107,6 +107,28 @@ pub async fn session_state_changed(state: &AppState, s: &SessionRecord) {
     send(state, Notification::SessionStateChanged { session });
 }
 
+/// `session.state_changed`, then `session.message.added`, for one write that changed both
+/// (an ask, L7): one P1 read serves both, since both describe the same commit.
+pub async fn session_state_and_message_added(
+    state: &AppState,
+    s: &SessionRecord,
+    m: &MessageRecord,
+) {
+    let pending = pending_of(state, &s.id).await;
+    let session = match &pending {
+        Some(p) => s.to_dto(p.pending_action, Some(p.pending_action_revision.clone())),
+        None => s.to_dto(None, None),
+    };
+    send(state, Notification::SessionStateChanged { session });
+    send(
+        state,
+        Notification::MessageAdded(MessageChange {
+            message: m.to_dto(),
+            pending,
+        }),
+    );
+}
+
 /// N6: a permission request the agent is waiting on.
 pub fn permission_requested(state: &AppState, p: &PermissionRecord) {
     send(

@@ -83,6 +83,8 @@ pub struct AuthoritySql {
     pending_actions_postgres: String,
     task_sessions_sqlite: String,
     task_sessions_postgres: String,
+    task_sessions_with_summaries_sqlite: String,
+    task_sessions_with_summaries_postgres: String,
     pub detach_session: String,
     pub detach_turn: String,
     pub detach_bundle: String,
@@ -127,6 +129,17 @@ impl AuthoritySql {
         match backend {
             Backend::Sqlite => &self.task_sessions_sqlite,
             Backend::Postgres => &self.task_sessions_postgres,
+        }
+    }
+
+    /// [`Self::task_sessions`] and the tasks' stored summaries (`summaries`,
+    /// `summaries_statement`) in one statement, hence one snapshot: the projector's read (P4),
+    /// where a summary must never be older than the projection applied to it, in one round
+    /// trip instead of two (B3).
+    pub fn task_sessions_with_summaries(&self, backend: Backend) -> &str {
+        match backend {
+            Backend::Sqlite => &self.task_sessions_with_summaries_sqlite,
+            Backend::Postgres => &self.task_sessions_with_summaries_postgres,
         }
     }
 }
@@ -227,6 +240,14 @@ fn task_sessions(backend: Backend) -> String {
     )
 }
 
+fn task_sessions_with_summaries(backend: Backend) -> String {
+    format!(
+        "SELECT ({sessions}) AS sessions, ({summaries}) AS summaries",
+        sessions = task_sessions(backend),
+        summaries = super::summaries::summaries_statement(backend),
+    )
+}
+
 pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
     let active_table = bundle_is_active("clarification_bundles");
     AuthoritySql {
@@ -243,6 +264,8 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
         pending_actions_postgres: pending_actions(Backend::Postgres),
         task_sessions_sqlite: task_sessions(Backend::Sqlite),
         task_sessions_postgres: task_sessions(Backend::Postgres),
+        task_sessions_with_summaries_sqlite: task_sessions_with_summaries(Backend::Sqlite),
+        task_sessions_with_summaries_postgres: task_sessions_with_summaries(Backend::Postgres),
         // L9: one guarded statement; only what it changed is returned (repeat = no-op, I7).
         detach_session: format!(
             "UPDATE clarification_bundles SET detached = TRUE \

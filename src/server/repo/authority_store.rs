@@ -12,7 +12,8 @@ use super::sql::{
     JsonBool, RowsAffected, SqlBackend, SqlRepository, json, questions_from_json, rows_from_json,
     stmt,
 };
-use super::{BundleRecord, BundleView, Claim, ClaimOutcome, RepoError, RepoResult};
+use super::summaries::summaries_from_json;
+use super::{BundleRecord, BundleView, Claim, ClaimOutcome, RepoError, RepoResult, SummaryRecord};
 use crate::model::{BundleStatus, PendingAction, SessionState};
 use crate::server::time::Micros;
 
@@ -24,6 +25,26 @@ pub struct TaskSession {
     pub state: SessionState,
     pub is_primary: bool,
     pub pending_action: Option<PendingAction>,
+}
+
+/// Reads the column the authority's `task_sessions` statement wrote.
+fn task_sessions_from_json(text: &str) -> RepoResult<Vec<TaskSession>> {
+    type Row = (String, String, String, JsonBool, Option<String>);
+    let rows: Vec<Row> = rows_from_json(text, "task sessions")?;
+    rows.into_iter()
+        .map(|(session_id, task_id, state, is_primary, action)| {
+            Ok(TaskSession {
+                session_id,
+                task_id,
+                state: state.parse().map_err(RepoError::Corrupt)?,
+                is_primary: is_primary.0,
+                pending_action: action
+                    .map(|a| a.parse::<PendingAction>())
+                    .transpose()
+                    .map_err(RepoError::Corrupt)?,
+            })
+        })
+        .collect()
 }
 
 #[async_trait]
@@ -38,6 +59,13 @@ pub trait AuthorityStore: Send + Sync {
     /// Every session of the given tasks with its P1 pending action, in one query (the
     /// loader's read): the same answer as listing the sessions and asking the batch below.
     async fn task_sessions(&self, task_ids: &[String]) -> RepoResult<Vec<TaskSession>>;
+
+    /// [`AuthorityStore::task_sessions`] and the tasks' stored summaries, read in one
+    /// statement (one snapshot): the projector's read (P4, P6).
+    async fn task_sessions_with_summaries(
+        &self,
+        task_ids: &[String],
+    ) -> RepoResult<(Vec<TaskSession>, HashMap<String, SummaryRecord>)>;
 
     /// P1 for each id (unknown ids map to `None`); one query, same answer as the scalar forms.
     async fn pending_actions_for_sessions(
@@ -128,22 +156,25 @@ where
             .bind(json(task_ids))
             .fetch_one(&self.pool)
             .await?;
-        type Row = (String, String, String, JsonBool, Option<String>);
-        let rows: Vec<Row> = rows_from_json(&rows, "task sessions")?;
-        rows.into_iter()
-            .map(|(session_id, task_id, state, is_primary, action)| {
-                Ok(TaskSession {
-                    session_id,
-                    task_id,
-                    state: state.parse().map_err(RepoError::Corrupt)?,
-                    is_primary: is_primary.0,
-                    pending_action: action
-                        .map(|a| a.parse::<PendingAction>())
-                        .transpose()
-                        .map_err(RepoError::Corrupt)?,
-                })
-            })
-            .collect()
+        task_sessions_from_json(&rows)
+    }
+
+    async fn task_sessions_with_summaries(
+        &self,
+        task_ids: &[String],
+    ) -> RepoResult<(Vec<TaskSession>, HashMap<String, SummaryRecord>)> {
+        if task_ids.is_empty() {
+            return Ok((Vec::new(), HashMap::new()));
+        }
+        let (sessions, summaries): (String, String) =
+            sqlx::query_as::<DB, (String, String)>(SQL.task_sessions_with_summaries(DB::KIND))
+                .bind(json(task_ids))
+                .fetch_one(&self.pool)
+                .await?;
+        Ok((
+            task_sessions_from_json(&sessions)?,
+            summaries_from_json(&summaries)?,
+        ))
     }
 
     async fn pending_actions_for_sessions(

@@ -21,7 +21,7 @@ mod workflows;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use authority_store::AuthorityStore;
+pub use authority_store::{AuthorityStore, TaskSession};
 pub use outbox::OutboxStore;
 pub use postgres::PostgresRepository;
 pub use profiles::ProfileStore;

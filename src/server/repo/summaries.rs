@@ -16,7 +16,7 @@ use crate::server::time::Micros;
 /// The summaries of the tasks in `$1` (a JSON array of ids) as one JSON array ([`json_rows`])
 /// of `[task_id, revision, summary, invalidated, updated_at]`: a task-list page reads one per
 /// task (B2).
-fn summaries_statement(backend: Backend) -> &'static str {
+pub(super) fn summaries_statement(backend: Backend) -> &'static str {
     static S: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
         [Backend::Sqlite, Backend::Postgres].map(|b| {
             format!(
@@ -34,6 +34,23 @@ fn summaries_statement(backend: Backend) -> &'static str {
         Backend::Sqlite => &S[0],
         Backend::Postgres => &S[1],
     }
+}
+
+/// Reads the column [`summaries_statement`] wrote, by task id.
+pub(super) fn summaries_from_json(text: &str) -> RepoResult<HashMap<String, SummaryRecord>> {
+    let rows: Vec<(String, i64, String, JsonBool, Micros)> = rows_from_json(text, "summaries")?;
+    rows.into_iter()
+        .map(|(task_id, revision, summary, invalidated, updated_at)| {
+            let row = SummaryRow {
+                task_id,
+                revision,
+                summary,
+                invalidated: invalidated.0,
+                updated_at,
+            };
+            row.into_record().map(|s| (s.task_id.clone(), s))
+        })
+        .collect()
 }
 
 #[async_trait]
@@ -138,20 +155,7 @@ where
             .bind(json(task_ids))
             .fetch_one(&self.pool)
             .await?;
-        let rows: Vec<(String, i64, String, JsonBool, Micros)> =
-            rows_from_json(&rows, "summaries")?;
-        rows.into_iter()
-            .map(|(task_id, revision, summary, invalidated, updated_at)| {
-                let row = SummaryRow {
-                    task_id,
-                    revision,
-                    summary,
-                    invalidated: invalidated.0,
-                    updated_at,
-                };
-                row.into_record().map(|s| (s.task_id.clone(), s))
-            })
-            .collect()
+        summaries_from_json(&rows)
     }
 
     async fn cas_summary(

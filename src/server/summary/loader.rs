@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::model::{PendingAction, PrimarySessionRef, SessionState, SummaryBody};
-use crate::server::repo::{RepoResult, Repository};
+use crate::server::repo::{RepoResult, Repository, SummaryRecord, TaskSession};
 
 /// The fields of a summary that are derived from sessions.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -48,12 +48,35 @@ pub async fn load_many(
     repo: &dyn Repository,
     task_ids: &[String],
 ) -> RepoResult<HashMap<String, Projection>> {
-    let sessions = repo.task_sessions(task_ids).await?;
+    Ok(project(task_ids, &repo.task_sessions(task_ids).await?))
+}
+
+pub async fn load(repo: &dyn Repository, task_id: &str) -> RepoResult<Projection> {
+    Ok(load_many(repo, &[task_id.to_string()])
+        .await?
+        .remove(task_id)
+        .unwrap_or_default())
+}
+
+/// The task's stored summary and its projection, read in one statement (one snapshot): the
+/// summary is never older than the projection applied to it (the projector, P4 and P6).
+pub async fn load_with_summary(
+    repo: &dyn Repository,
+    task_id: &str,
+) -> RepoResult<(Option<SummaryRecord>, Projection)> {
+    let ids = [task_id.to_string()];
+    let (sessions, mut summaries) = repo.task_sessions_with_summaries(&ids).await?;
+    let projection = project(&ids, &sessions).remove(task_id).unwrap_or_default();
+    Ok((summaries.remove(task_id), projection))
+}
+
+/// P2 over each task's sessions.
+fn project(task_ids: &[String], sessions: &[TaskSession]) -> HashMap<String, Projection> {
     let mut out: HashMap<String, Projection> = task_ids
         .iter()
         .map(|id| (id.clone(), Projection::default()))
         .collect();
-    for s in &sessions {
+    for s in sessions {
         let Some(p) = out.get_mut(&s.task_id) else {
             continue;
         };
@@ -67,12 +90,5 @@ pub async fn load_many(
             p.activity = activity(s.state);
         }
     }
-    Ok(out)
-}
-
-pub async fn load(repo: &dyn Repository, task_id: &str) -> RepoResult<Projection> {
-    Ok(load_many(repo, &[task_id.to_string()])
-        .await?
-        .remove(task_id)
-        .unwrap_or_default())
+    out
 }

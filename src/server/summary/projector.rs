@@ -36,8 +36,8 @@ pub enum RefreshError {
 }
 
 /// Brings the stored summary of `task_id` in line with the repository: reads the stored
-/// summary, then the authority (never a projection read before the summary it is applied to,
-/// which could be older than it). Publishes `task.status_summary.updated` after a write; an
+/// summary and the authority in one statement (never a projection read before the summary it
+/// is applied to, which could be older than it). Publishes `task.status_summary.updated` after a write; an
 /// equal summary is not rewritten.
 pub async fn refresh_task(
     state: &AppState,
@@ -77,8 +77,9 @@ async fn refresh_with(
         source,
     };
     for attempt in 1..=MAX_CAS_ATTEMPTS {
-        let stored = state.repo.get_summary(task_id).await.map_err(store_err)?;
-        let projection = loader::load(state.repo.as_ref(), task_id)
+        // One statement reads the stored summary and the authority (one snapshot, so the
+        // summary is never older than the projection applied to it).
+        let (stored, projection) = loader::load_with_summary(state.repo.as_ref(), task_id)
             .await
             .map_err(|source| {
                 state

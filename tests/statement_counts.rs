@@ -1,0 +1,89 @@
+//! B3 (issue 11): how many statements the projector's refresh sends, counted from sqlx's own
+//! statement log (target `sqlx::query`, one event per statement on every thread, the SQLite
+//! workers' included). Times are the benchmark's business; this pins the cause: the stored
+//! summary and the authority are one read (one snapshot), so a refresh that finds the summary
+//! right costs that read and its confirmation, and one that changes it that read and its
+//! compare-and-set.
+//!
+//! One test in this binary, one database after the other: the count is process-wide.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use support::TestServer;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use turnstile::server::summary::projector::{Scope, refresh_task};
+
+/// Counts the statements that read or write task summaries or read the authority (`WITH cur`,
+/// the P1 queries of `authority.rs`).
+struct SummaryStatements(Arc<AtomicUsize>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SummaryStatements {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        if event.metadata().target() != "sqlx::query" {
+            return;
+        }
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, field: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if field.name() == "db.statement" {
+                    self.0 = format!("{v:?}");
+                }
+            }
+            fn record_str(&mut self, field: &tracing::field::Field, v: &str) {
+                if field.name() == "db.statement" {
+                    self.0 = v.to_string();
+                }
+            }
+        }
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        if text.0.contains("task_status_summaries") || text.0.contains("WITH cur") {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b3_a_refresh_reads_summary_and_authority_in_one_statement() {
+    let counted = Arc::new(AtomicUsize::new(0));
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(SummaryStatements(counted.clone())),
+    )
+    .expect("the only subscriber of this binary");
+    refresh_counts(&support::sqlite_url(), &counted).await;
+    if let Some(url) = support::postgres_url().await {
+        refresh_counts(&url, &counted).await;
+        support::drop_postgres(&url).await;
+    }
+}
+
+async fn refresh_counts(url: &str, counted: &AtomicUsize) {
+    let server = TestServer::start(url).await;
+    let state = &server.state;
+    let (_, task) = support::session_with_history(&state.repo, 1).await;
+    // The writes above published nothing, so the projector is idle: these refreshes are the
+    // only statements on summaries.
+    let first = refresh_task(state, &task, Scope::Full).await.unwrap();
+    let before = counted.load(Ordering::SeqCst);
+    let again = refresh_task(state, &task, Scope::Full).await.unwrap();
+    assert_eq!(again, first, "nothing changed");
+    assert_eq!(
+        counted.load(Ordering::SeqCst) - before,
+        2,
+        "{url}: an unchanged summary costs one read of summary and authority and one \
+         confirmation"
+    );
+    state.repo.invalidate_summary(&task, 3).await.unwrap();
+    let before = counted.load(Ordering::SeqCst);
+    let rewritten = refresh_task(state, &task, Scope::Full).await.unwrap();
+    assert_eq!(rewritten.revision, first.revision + 1);
+    assert_eq!(
+        counted.load(Ordering::SeqCst) - before,
+        2,
+        "{url}: a changed summary costs one read and one compare-and-set"
+    );
+    server.stop().await;
+}
