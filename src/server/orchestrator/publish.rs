@@ -91,8 +91,13 @@ pub fn turn_completed(state: &AppState, t: &TurnRecord) {
 
 /// The session with its P1 pending action and P9 revision.
 async fn session_dto(state: &AppState, s: &SessionRecord) -> crate::model::Session {
-    match pending_of(state, &s.id).await {
-        Some(p) => s.to_dto(p.pending_action, Some(p.pending_action_revision)),
+    session_with(s, &pending_of(state, &s.id).await)
+}
+
+/// The session with the pending snapshot `pending` (none when it could not be read).
+fn session_with(s: &SessionRecord, pending: &Option<PendingSnapshot>) -> crate::model::Session {
+    match pending {
+        Some(p) => s.to_dto(p.pending_action, Some(p.pending_action_revision.clone())),
         None => s.to_dto(None, None),
     }
 }
@@ -115,10 +120,7 @@ pub async fn session_state_and_message_added(
     m: &MessageRecord,
 ) {
     let pending = pending_of(state, &s.id).await;
-    let session = match &pending {
-        Some(p) => s.to_dto(p.pending_action, Some(p.pending_action_revision.clone())),
-        None => s.to_dto(None, None),
-    };
+    let session = session_with(s, &pending);
     send(state, Notification::SessionStateChanged { session });
     send(
         state,
