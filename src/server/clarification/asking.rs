@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::ask::{Ask, tool_output};
-use crate::model::{AppError, BundleStatus, SessionState};
+use crate::model::{AppError, SessionState};
 use crate::server::orchestrator::superseded::SUPERSEDED;
 use crate::server::orchestrator::{publish, sessions};
 use crate::server::repo::{NewAsk, RepoResult, SessionRecord};
@@ -195,7 +195,7 @@ async fn write(
     let superseded = match state.repo.get_bundle(pending_id).await {
         Ok(Some(b)) => {
             publish::bundle(state, publish::BundleEvent::Requested, &b);
-            b.record.status == BundleStatus::Pending && !b.active
+            b.is_superseded()
         }
         Ok(None) => false,
         Err(e) => {

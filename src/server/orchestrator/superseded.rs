@@ -13,10 +13,7 @@ pub const SUPERSEDED: &str = "this turn was superseded (the user already answere
 
 /// Pending but no longer active (a newer turn exists): nobody can answer it (L5).
 pub async fn is_superseded(state: &AppState, pending_id: &str) -> bool {
-    matches!(
-        state.repo.get_bundle(pending_id).await,
-        Ok(Some(b)) if b.record.status == BundleStatus::Pending && !b.active
-    )
+    matches!(state.repo.get_bundle(pending_id).await, Ok(Some(b)) if b.is_superseded())
 }
 
 /// Ends the waits of `session_id`'s superseded questions and cancels its superseded

@@ -258,6 +258,11 @@ pub struct BundleView {
 }
 
 impl BundleView {
+    /// L5: pending but no longer active (a newer turn exists): nobody can answer it.
+    pub fn is_superseded(&self) -> bool {
+        self.record.status == BundleStatus::Pending && !self.active
+    }
+
     pub fn to_dto(&self) -> Bundle {
         let r = &self.record;
         Bundle {
