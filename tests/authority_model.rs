@@ -262,6 +262,29 @@ async fn build_history(repo: &Arc<dyn Repository>, rng: &mut SmallRng) -> Vec<Mo
                     pending,
                 });
             }
+            // A newer prompt supersedes whatever the turns above wait for (L5): the current
+            // turn moves away from their bundles and permission requests (decision 0028's
+            // `sessions_pending_on_move`).
+            if rng.random_bool(0.3) {
+                let id = hex_id(rng);
+                let at = T0 + 10;
+                repo.insert_turn(&NewTurn {
+                    id: Some(id.clone()),
+                    session_id: s.id.clone(),
+                    started_at: at,
+                    created_at: at,
+                })
+                .await
+                .unwrap();
+                s.turns.push(ModelTurn {
+                    id,
+                    started_at: at,
+                    created_at: at,
+                    reserved: false,
+                    attempted: false,
+                    has_message: false,
+                });
+            }
         }
         sessions.push(s);
     }
@@ -511,5 +534,44 @@ fn l1_the_pointer_is_maintained_with_the_authoritys_definition() {
             !rest.contains("FROM turns ct"),
             "{file}: a current turn computed otherwise than by the definition:\n{rest}"
         );
+    }
+}
+
+/// Decision 0028: the database maintains P1 (without the session state) in
+/// `sessions.current_turn_pending`, and every recomputation in the migrations is the authority's
+/// one definition, verbatim, bound to the row the trigger changed. The model tests above compare
+/// the batch, which reads the column, with the scalar reads of bundles and permission requests
+/// after every kind of change.
+#[test]
+fn p1_the_pending_action_is_maintained_with_the_authoritys_definition() {
+    use turnstile::server::repo::authority::current_turn_pending_defined;
+    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    for (file, text, bound) in [
+        (
+            "sqlite",
+            include_str!("../migrations/sqlite/0006_current_turn_pending.sql"),
+            &["sessions.id", "NEW.id", "NEW.session_id", "OLD.session_id"][..],
+        ),
+        (
+            "postgres",
+            include_str!("../migrations/postgres/0006_current_turn_pending.sql"),
+            &["sessions.id", "changed"][..],
+        ),
+    ] {
+        let mut rest = flat(text);
+        for session in bound {
+            let definition = flat(&current_turn_pending_defined(session));
+            assert!(
+                rest.contains(&definition),
+                "{file}: no recomputation for {session}; expected {definition}"
+            );
+            rest = rest.replace(&definition, "");
+        }
+        for computed in ["FROM clarification_bundles", "FROM permission_requests"] {
+            assert!(
+                !rest.contains(computed),
+                "{file}: a pending action computed otherwise than by the definition:\n{rest}"
+            );
+        }
     }
 }

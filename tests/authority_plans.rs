@@ -50,6 +50,11 @@ fn statements(backend: Backend) -> Vec<(&'static str, String, Arg)> {
     ]
 }
 
+/// The batch forms of P1 (many sessions per statement), which read session rows only.
+fn is_batch(name: &str) -> bool {
+    name.starts_with("pending_actions") || name.starts_with("task_sessions")
+}
+
 /// The value a statement is bound to for `session` (of task `task`).
 fn bind(arg: Arg, session: &str, task: &str) -> String {
     match arg {
@@ -87,6 +92,23 @@ async fn b1_sqlite_authority_plans_search_indexes_and_never_scan_history() {
                 .any(|d| d.contains(" ct ") || d.contains("turns") || d.contains("messages")),
             "{name}: reads turns or messages\n{text:#?}"
         );
+        // Decision 0028: the batch reads P1 from the session row's maintained column, so it
+        // never searches bundles or permission requests, whatever the history.
+        if is_batch(name) {
+            assert!(
+                !text.iter().any(|d| {
+                    [
+                        "clarification_bundles",
+                        "permission_requests",
+                        "bundles_authority",
+                        "permissions_authority",
+                    ]
+                    .iter()
+                    .any(|t| d.contains(t))
+                }),
+                "{name}: the batch reads bundles or permission requests\n{text:#?}"
+            );
+        }
         for (_, parent, detail) in &plan {
             assert!(
                 !detail.starts_with("SCAN")
@@ -151,6 +173,14 @@ async fn b1_postgres_authority_reads_the_same_rows_with_1_or_300_turns() {
                     !plans_relation(&plan[0]["Plan"], table),
                     "{name} reads {table} (decision 0025: the session row holds the current turn)"
                 );
+            }
+            if is_batch(name) {
+                for table in ["clarification_bundles", "permission_requests"] {
+                    assert!(
+                        !plans_relation(&plan[0]["Plan"], table),
+                        "{name} reads {table} (decision 0028: the session row holds P1)"
+                    );
+                }
             }
             read.push(history_rows_read(&plan[0]["Plan"]));
         }

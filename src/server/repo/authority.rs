@@ -167,22 +167,35 @@ pub fn ids_from_json(backend: Backend) -> &'static str {
     }
 }
 
-/// P1 over the relation `cur(session_id, state, turn_id, …)`: clarification if an active bundle
-/// exists (L2: pending, current turn; the session is input-capable hence not terminal), else
-/// permission if the latest permission request of the current turn is pending, else null.
-fn pending_action_of_cur() -> String {
+/// P1, the definition, for the current turn of the session whose id is the SQL expression
+/// `session`, whatever the session's state: 'clarification' if a bundle of the current turn is
+/// pending (L2 without the terminal check), else 'permission' if the latest permission request
+/// of the current turn is pending, else NULL.
+///
+/// Readers do not run it either: the database keeps its result in
+/// `sessions.current_turn_pending`, recomputed by triggers in the same statement as every change
+/// that can move it (migration `0006_current_turn_pending`, which holds this text verbatim;
+/// decision 0028). The batch then reads session rows only, whatever the history (B1).
+pub fn current_turn_pending_defined(session: &str) -> String {
+    let current = current_turn_of(session);
     format!(
-        "CASE \
-           WHEN cur.state NOT IN {INPUT_CAPABLE_STATES} THEN NULL \
-           WHEN EXISTS (SELECT 1 FROM clarification_bundles b \
-                        WHERE b.session_id = cur.session_id AND b.turn_id = cur.turn_id \
-                          AND b.status = 'pending') THEN 'clarification' \
-           WHEN (SELECT p.status FROM permission_requests p \
-                 WHERE p.session_id = cur.session_id AND p.turn_id = cur.turn_id \
-                 ORDER BY p.created_at DESC, p.id DESC LIMIT 1) = 'pending' THEN 'permission' \
+        "(CASE \
+           WHEN EXISTS (SELECT 1 FROM clarification_bundles pb \
+                        WHERE pb.session_id = {session} AND pb.turn_id = {current} \
+                          AND pb.status = 'pending') THEN 'clarification' \
+           WHEN (SELECT pp.status FROM permission_requests pp \
+                 WHERE pp.session_id = {session} AND pp.turn_id = {current} \
+                 ORDER BY pp.created_at DESC, pp.id DESC LIMIT 1) = 'pending' THEN 'permission' \
            ELSE NULL \
-         END"
+         END)"
     )
+}
+
+/// P1 over the relation `cur(session_id, state, pending, …)`, where `pending` is the session
+/// row's maintained [`current_turn_pending_defined`]: nothing unless the session is
+/// input-capable (hence not terminal, L2), else what the current turn waits for.
+fn pending_action_of_cur() -> String {
+    format!("CASE WHEN cur.state NOT IN {INPUT_CAPABLE_STATES} THEN NULL ELSE cur.pending END")
 }
 
 fn active_bundles(backend: Backend) -> String {
@@ -207,7 +220,7 @@ fn bundle_with_activity(backend: Backend) -> String {
 fn pending_actions(backend: Backend) -> String {
     format!(
         "WITH cur AS ( \
-           SELECT s.id AS session_id, s.state AS state, s.current_turn_id AS turn_id \
+           SELECT s.id AS session_id, s.state AS state, s.current_turn_pending AS pending \
            FROM sessions s WHERE {ids} \
          ) \
          SELECT cur.session_id AS session_id, {pending} AS pending_action \
@@ -230,7 +243,7 @@ fn task_sessions(backend: Backend) -> String {
         "WITH cur AS ( \
            SELECT s.id AS session_id, s.task_id AS task_id, s.state AS state, \
                   s.is_primary AS is_primary, \
-                  s.current_turn_id AS turn_id \
+                  s.current_turn_pending AS pending \
            FROM sessions s WHERE {ids} \
          ) \
          SELECT {rows} FROM (SELECT cur.session_id, cur.task_id, cur.state, cur.is_primary, \

@@ -217,6 +217,13 @@ where
         at: Micros,
     ) -> RepoResult<Option<TurnRecord>> {
         let mut tx = self.write_tx().await?;
+        // Lock order (decision 0028): the bundle row first, then the session row (taken by the
+        // turn insert's `current_turn_id` trigger). Marking after the insert would hold the
+        // session and then wait for a bundle whose own writer waits for that session.
+        sqlx::query::<DB>(DELIVERY_RECORDED)
+            .bind(pending_id)
+            .execute(&mut *tx)
+            .await?;
         let turn = sqlx::query_as::<DB, TurnRecord>(stmt!(
             "INSERT INTO turns (id, session_id, task_id, started_at, completed_at, created_at, \
              reservation, resume_pending_id, resume_prompt) \
@@ -233,11 +240,8 @@ where
         .bind(prompt)
         .fetch_optional(&mut *tx)
         .await?;
+        // Nothing owed: the marker's change is rolled back with the transaction.
         if turn.is_some() {
-            sqlx::query::<DB>(DELIVERY_RECORDED)
-                .bind(pending_id)
-                .execute(&mut *tx)
-                .await?;
             tx.commit().await?;
         }
         Ok(turn)

@@ -221,10 +221,25 @@ where
     }
 
     async fn delete_task(&self, id: &str) -> RepoResult<bool> {
+        // Lock order (decision 0028): a statement that writes a bundle or a permission request
+        // holds that row, then its session's row (the `current_turn_pending` triggers). The
+        // cascade from `tasks` would take the session rows first and the bundles after, so the
+        // task's bundles and requests go first, each statement taking their session rows last.
+        let mut tx = self.write_tx().await?;
+        for statement in [
+            "DELETE FROM clarification_bundles WHERE task_id = $1",
+            "DELETE FROM permission_requests WHERE task_id = $1",
+        ] {
+            sqlx::query::<DB>(statement)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
         let done = sqlx::query::<DB>("DELETE FROM tasks WHERE id = $1")
             .bind(id)
-            .execute(&self.writes)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(done.rows_affected() > 0)
     }
 }
