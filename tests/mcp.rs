@@ -288,3 +288,54 @@ async fn an_mcp_session_answers_only_the_token_that_opened_it(url: String) {
     assert_ne!(r.status(), 401, "the owner can");
     server.stop().await;
 }
+
+both_http!(l5_a_question_superseded_right_after_its_commit_ends_its_call);
+
+/// L5 race: the ask's transaction commits in the current turn, and a newer turn starts before
+/// the bundle is read back (forced with the `AskWritten` hook). Nobody can answer that
+/// question any more, so the call must end at once with the superseded result instead of
+/// waiting for an answer until its timeout; the bundle is not active and never comes back.
+async fn l5_a_question_superseded_right_after_its_commit_ends_its_call(url: String) {
+    use turnstile::server::hooks::Point;
+    use turnstile::server::repo::NewTurn;
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (session, client, _) = session_with_client(&server, &api).await;
+    let (repo, clock, s) = (
+        server.state.repo.clone(),
+        server.state.clock.clone(),
+        session.clone(),
+    );
+    server.state.hooks.set(Point::AskWritten, move |_| {
+        let (repo, clock, s) = (repo.clone(), clock.clone(), s.clone());
+        async move {
+            let at = clock.now() + 1;
+            repo.insert_turn(&NewTurn {
+                id: None,
+                session_id: s,
+                started_at: at,
+                created_at: at,
+            })
+            .await
+            .expect("a newer turn");
+        }
+    });
+    let result = tokio::time::timeout(
+        Duration::from_secs(20),
+        call(&client, question("Superseded at once?")),
+    )
+    .await
+    .expect("L5: the call of a superseded question ends; it does not wait for an answer")
+    .unwrap();
+    server.state.hooks.clear(Point::AskWritten);
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    assert!(
+        format!("{result:?}").contains("superseded"),
+        "the agent is told why: {result:?}"
+    );
+    let ids = bundles(&api, &session).await;
+    assert_eq!(ids.len(), 1, "the question was written: {ids:?}");
+    let (_, b) = api.get(&format!("/api/v1/clarifications/{}", ids[0])).await;
+    assert_eq!(b["active"], false, "L5: superseded, not active: {b}");
+    server.stop().await;
+}

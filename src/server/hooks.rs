@@ -46,6 +46,9 @@ pub enum Point {
     /// Between reconciliation's two reads (P7): the stored summaries and the authoritative
     /// pending state; the key is the first task id.
     ReconcileReads,
+    /// An ask's transaction committed, before its bundle is read back (L5: a newer turn can
+    /// supersede it right there); the key is the pending id.
+    AskWritten,
     /// Before commits are synced to disk (`AppState::durable`, I8, decision 0024); a failure
     /// armed here stands for a failed sync.
     Durable,
@@ -65,6 +68,7 @@ impl Point {
             Point::AskSync => "ask-sync",
             Point::HeartbeatFailed => "heartbeat-failed",
             Point::ReconcileReads => "reconcile-reads",
+            Point::AskWritten => "ask-written",
             Point::Durable => "durable",
         }
     }

@@ -192,6 +192,10 @@ async fn write(
     };
     state.runtime.counters.note_foreign_row(&session.id);
     publish::session_state_and_message_added(state, &written.session, &written.message).await;
+    state
+        .hooks
+        .run(crate::server::hooks::Point::AskWritten, pending_id)
+        .await;
     let superseded = match state.repo.get_bundle(pending_id).await {
         Ok(Some(b)) => {
             publish::bundle(state, publish::BundleEvent::Requested, &b);
