@@ -6,9 +6,7 @@
 mod support;
 
 use sqlx::{Connection, PgConnection};
-use turnstile::server::repo::{self, *};
-
-const T0: i64 = 1_800_000_000_000_000;
+use turnstile::server::repo;
 
 /// Waits (bounded) until the backend `pid` waits for a lock.
 async fn until_waiting_for_a_lock(observer: &mut PgConnection, pid: i32) {
@@ -42,57 +40,17 @@ async fn p1_two_writers_of_one_session_recompute_in_turn_postgres() {
         return;
     };
     let repo = repo::connect(&url).await.unwrap();
-    let task = repo
-        .create_task(
-            &NewTask {
-                title: "locks".into(),
-                ..Default::default()
-            },
-            T0,
-        )
+    // One turn holding one pending question (the first), the session waiting for its answer.
+    let (session, task) = support::session_with_history(&repo, 1).await;
+    let first = repo
+        .active_bundles(&session)
         .await
-        .unwrap();
-    let session = repo
-        .create_session(
-            &NewSession {
-                task_id: task.id.clone(),
-                agent_profile_id: None,
-                name: "s".into(),
-                state: turnstile::model::SessionState::Running,
-                is_primary: true,
-                mcp_token_hash: None,
-            },
-            T0,
-        )
-        .await
-        .unwrap();
-    let turn = repo
-        .insert_turn(&NewTurn {
-            id: None,
-            session_id: session.id.clone(),
-            started_at: T0,
-            created_at: T0,
-        })
-        .await
-        .unwrap();
-    let (first, _) = repo
-        .insert_bundle(
-            &NewBundle {
-                pending_id: None,
-                session_id: session.id.clone(),
-                turn_id: turn.id.clone(),
-                context: None,
-                dedup_key: "first".into(),
-                questions: vec![],
-                message_content: "q".into(),
-            },
-            T0,
-        )
-        .await
-        .unwrap();
+        .unwrap()
+        .remove(0)
+        .record;
     let mut observer = PgConnection::connect(&url).await.unwrap();
     assert_eq!(
-        pending_of(&mut observer, &session.id).await.as_deref(),
+        pending_of(&mut observer, &session).await.as_deref(),
         Some("clarification")
     );
 
@@ -103,10 +61,10 @@ async fn p1_two_writers_of_one_session_recompute_in_turn_postgres() {
         "INSERT INTO clarification_bundles (pending_id, session_id, task_id, turn_id, dedup_key, \
          created_at) VALUES ('second', $1, $2, $3, 'second', $4)",
     )
-    .bind(&session.id)
-    .bind(&task.id)
-    .bind(&turn.id)
-    .bind(T0 + 1)
+    .bind(&session)
+    .bind(&task)
+    .bind(&first.turn_id)
+    .bind(2_000_i64)
     .execute(&mut a)
     .await
     .unwrap();
@@ -134,16 +92,16 @@ async fn p1_two_writers_of_one_session_recompute_in_turn_postgres() {
     answer.await.unwrap();
 
     assert_eq!(
-        pending_of(&mut observer, &session.id).await.as_deref(),
+        pending_of(&mut observer, &session).await.as_deref(),
         Some("clarification"),
         "the second question is pending in the current turn"
     );
     let batch = repo
-        .pending_actions_for_sessions(std::slice::from_ref(&session.id))
+        .pending_actions_for_sessions(std::slice::from_ref(&session))
         .await
         .unwrap();
     assert_eq!(
-        batch[&session.id],
+        batch[&session],
         Some(turnstile::model::PendingAction::Clarification)
     );
     drop((a, observer, repo));
