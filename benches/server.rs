@@ -1,5 +1,6 @@
 //! B3, B4 and B6 (docs/performance.md) against the real release server process on SQLite (the
-//! embedded default), each beside its same-run baseline.
+//! embedded default), each beside its same-run baseline; B3 also on PostgreSQL when
+//! `TEST_POSTGRES_URL` is set (several write connections instead of SQLite's one).
 //!
 //! - B6: resident memory (VmRSS) of the server after start-up, one task list and one page,
 //!   with N tasks × 3 sessions, against the same with an empty database; while B4's clients
@@ -472,6 +473,18 @@ async fn main() {
     let (one_asks_rate, one_asks) = asks_in_one_turn(&server, 1, asks).await;
     let (asks_rate, asks_rt) = asks_in_one_turn(&server, 50, asks).await;
     drop(server);
+    // B3 on PostgreSQL: the same asks in one turn, on a fresh database.
+    let mut b3_postgres = None;
+    for (name, base) in common::backends() {
+        if name == "sqlite" {
+            continue;
+        }
+        let server = Server::start(&common::fresh_database(&base, "b3").await).await;
+        server.touch().await;
+        let (one_rate, one) = asks_in_one_turn(&server, 1, asks).await;
+        let (rate, rt) = asks_in_one_turn(&server, 50, asks).await;
+        b3_postgres = Some((one_rate, one, rate, rt));
+    }
 
     let mb = |kb: u64| kb as f64 / 1024.0;
     println!("| id | what | measured | baseline | target |");
@@ -502,6 +515,15 @@ async fn main() {
         pct(&asks_rt, 0.99),
         pct(&one_asks, 0.5)
     );
+    if let Some((one_rate, one, rate, rt)) = &b3_postgres {
+        println!(
+            "| B3 | PostgreSQL: the same, {} asks in one turn | {rate:.0}/s, p50 {:.1} ms, p99 {:.1} ms | 1 agent {one_rate:.0}/s, p50 {:.1} ms | ≥ 1,000/s, p99 < 20 ms |",
+            asks - 1,
+            pct(rt, 0.5),
+            pct(rt, 0.99),
+            pct(one, 0.5)
+        );
+    }
     println!(
         "| B6 | RSS idle, {tasks} tasks × 3 sessions (after one list and one page) | {:.1} MB | empty database {:.1} MB | < 60 MB |",
         mb(idle_rss),
@@ -519,7 +541,17 @@ async fn main() {
         50 * rounds + rounds,
         mb(warm_rss)
     );
-    args.write_json(&json!({
+    let b3_postgres = b3_postgres.map(|(one_rate, one, rate, rt)| {
+        json!({
+            "agents": 50, "in_one_turn": {
+                "asks_per_agent": asks, "per_second": rate,
+                "p50_ms": pct(&rt, 0.5), "p99_ms": pct(&rt, 0.99),
+                "one_agent_per_second": one_rate, "one_agent_p50_ms": pct(&one, 0.5),
+            },
+            "pass": rate >= 1000.0 && pct(&rt, 0.99) < 20.0,
+        })
+    });
+    let mut results = json!({
         "B4": { "sqlite": {
             "clients": CLIENTS, "received": many.len(),
             "p50_ms": pct(&many, 0.5), "p99_ms": pct(&many, 0.99), "one_client_ms": pct(&one, 0.5),
@@ -543,6 +575,10 @@ async fn main() {
             "pass": mb(idle_rss) < 60.0 && mb(b4_rss) < 150.0
                 && mb(after_rss) <= mb(warm_rss) * 1.1,
         }},
-    }));
+    });
+    if let Some(postgres) = b3_postgres {
+        results["B3"]["postgres"] = postgres;
+    }
+    args.write_json(&results);
     common::clean_up().await;
 }
