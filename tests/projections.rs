@@ -333,12 +333,6 @@ async fn p5_loader_failure_keeps_the_question(url: String) {
     let p = s.ask(&s.session, &t1).await;
     await_pending(&mut rx, &s.task, json!("clarification")).await;
     let before = s.summary().await.unwrap();
-    // Break the loader for real: the pending query reads permission_requests.
-    raw_exec(
-        &url,
-        "ALTER TABLE permission_requests RENAME TO permission_requests_away",
-    )
-    .await;
     let claim = Claim {
         status: BundleStatus::Answered,
         response: "{}".into(),
@@ -349,6 +343,7 @@ async fn p5_loader_failure_keeps_the_question(url: String) {
         .claim_bundle(&p, &claim, s.state.clock.now())
         .await
         .unwrap();
+    break_loader(&url).await;
     let failures = || {
         server
             .state
@@ -373,11 +368,7 @@ async fn p5_loader_failure_keeps_the_question(url: String) {
         before,
         "P5: never optimistically cleared"
     );
-    raw_exec(
-        &url,
-        "ALTER TABLE permission_requests_away RENAME TO permission_requests",
-    )
-    .await;
+    mend_loader(&url).await;
     s.publish("clarification.answered", &s.session);
     await_pending(&mut rx, &s.task, Value::Null).await;
     server.stop().await;
@@ -685,6 +676,24 @@ async fn p7_boot_and_reads_repair_a_stale_summary(url: String) {
     booted.stop().await;
 }
 
+/// Breaks the authority's pending-action read for real: every batch form reads
+/// `sessions.current_turn_pending` (decision 0028). [`mend_loader`] undoes it.
+async fn break_loader(url: &str) {
+    raw_exec(
+        url,
+        "ALTER TABLE sessions RENAME COLUMN current_turn_pending TO current_turn_pending_away",
+    )
+    .await;
+}
+
+async fn mend_loader(url: &str) {
+    raw_exec(
+        url,
+        "ALTER TABLE sessions RENAME COLUMN current_turn_pending_away TO current_turn_pending",
+    )
+    .await;
+}
+
 async fn p8_session_list_fails_closed(url: String) {
     let server = TestServer::start(&url).await;
     let s = Story::new(&server.state).await;
@@ -693,20 +702,12 @@ async fn p8_session_list_fails_closed(url: String) {
         reqwest::get(&url_sessions).await.unwrap().status(),
         StatusCode::OK
     );
-    raw_exec(
-        &url,
-        "ALTER TABLE clarification_bundles RENAME TO clarification_bundles_away",
-    )
-    .await;
+    break_loader(&url).await;
     let r = reqwest::get(&url_sessions).await.unwrap();
     assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "internal");
-    raw_exec(
-        &url,
-        "ALTER TABLE clarification_bundles_away RENAME TO clarification_bundles",
-    )
-    .await;
+    mend_loader(&url).await;
     assert_eq!(
         reqwest::get(&url_sessions).await.unwrap().status(),
         StatusCode::OK
