@@ -1,12 +1,14 @@
 //! Decision 0028 on PostgreSQL: `sessions.current_turn_pending` (P1, maintained by triggers) is
 //! recomputed by two writers of one session one after the other, the second seeing the first's
-//! rows. The interleaving is forced: the first writer's transaction stays open until the second
-//! is seen waiting for the session row in `pg_locks`, and only then commits.
+//! rows; and the repository's transactions take a bundle row before its session row, as every
+//! bundle write's trigger does, so none of them deadlocks with a bundle writer. Each
+//! interleaving is forced: one side holds its rows until the other is seen waiting in
+//! `pg_locks`.
 
 mod support;
 
 use sqlx::{Connection, PgConnection};
-use turnstile::server::repo;
+use turnstile::server::repo::{self, Claim, ClaimOutcome, Repository};
 
 /// Waits (bounded) until the backend `pid` waits for a lock.
 async fn until_waiting_for_a_lock(observer: &mut PgConnection, pid: i32) {
@@ -105,5 +107,116 @@ async fn p1_two_writers_of_one_session_recompute_in_turn_postgres() {
         Some(turnstile::model::PendingAction::Clarification)
     );
     drop((a, observer, repo));
+    support::drop_postgres(&url).await;
+}
+
+/// Waits (bounded) until some backend of this database other than `observer` waits for a lock.
+async fn until_someone_waits(observer: &mut PgConnection) {
+    for _ in 0..5_000 {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE NOT l.granted AND a.datname = current_database() \
+               AND a.pid <> pg_backend_pid())",
+        )
+        .fetch_one(&mut *observer)
+        .await
+        .unwrap();
+        if waiting {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("nobody waited for a lock");
+}
+
+/// A session whose one question was answered (a detached answer, about to be owed), and a
+/// connection `holder` that holds that bundle's row the way a bundle writer does just before
+/// its trigger takes the session row.
+async fn answered_and_held(
+    url: &str,
+) -> (
+    std::sync::Arc<dyn Repository>,
+    String,
+    String,
+    String,
+    PgConnection,
+) {
+    let repo = repo::connect(url).await.unwrap();
+    let (session, task) = support::session_with_history(&repo, 1).await;
+    let bundle = repo
+        .active_bundles(&session)
+        .await
+        .unwrap()
+        .remove(0)
+        .record;
+    let claim = Claim {
+        status: turnstile::model::BundleStatus::Answered,
+        response: "{}".into(),
+        reject_reason: None,
+    };
+    assert!(matches!(
+        repo.claim_bundle(&bundle.pending_id, &claim, 2_000)
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    let mut holder = PgConnection::connect(url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM clarification_bundles WHERE pending_id = $1 FOR NO KEY UPDATE")
+        .bind(&bundle.pending_id)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    (repo, session, task, bundle.pending_id, holder)
+}
+
+/// The holder now changes the bundle's status: its trigger takes the session row. It must get
+/// it (the repository's transaction waiting for the bundle holds no session row), and commit.
+async fn holder_writes_status(holder: &mut PgConnection, pending_id: &str) {
+    sqlx::query("UPDATE clarification_bundles SET status = 'answered' WHERE pending_id = $1")
+        .bind(pending_id)
+        .execute(&mut *holder)
+        .await
+        .expect("the bundle writer is not chosen as a deadlock victim");
+    sqlx::query("COMMIT").execute(&mut *holder).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_order_owe_resume_takes_the_bundle_before_the_session_postgres() {
+    let Some(url) = support::postgres_url().await else {
+        return;
+    };
+    let (repo, _session, _task, pending_id, mut holder) = answered_and_held(&url).await;
+    let mut observer = PgConnection::connect(&url).await.unwrap();
+    let (r, p) = (repo.clone(), pending_id.clone());
+    let owe = tokio::spawn(async move { r.owe_resume(&p, "resume", 3_000).await });
+    until_someone_waits(&mut observer).await;
+    holder_writes_status(&mut holder, &pending_id).await;
+    let owed = owe
+        .await
+        .unwrap()
+        .expect("owe_resume is not chosen as a deadlock victim");
+    assert!(owed.is_some(), "the answer's resume is owed");
+    drop((holder, observer, repo));
+    support::drop_postgres(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_order_delete_task_takes_the_bundles_before_the_sessions_postgres() {
+    let Some(url) = support::postgres_url().await else {
+        return;
+    };
+    let (repo, _session, task, pending_id, mut holder) = answered_and_held(&url).await;
+    let mut observer = PgConnection::connect(&url).await.unwrap();
+    let (r, t) = (repo.clone(), task.clone());
+    let delete = tokio::spawn(async move { r.delete_task(&t).await });
+    until_someone_waits(&mut observer).await;
+    holder_writes_status(&mut holder, &pending_id).await;
+    let deleted = delete
+        .await
+        .unwrap()
+        .expect("delete_task is not chosen as a deadlock victim");
+    assert!(deleted);
+    drop((holder, observer, repo));
     support::drop_postgres(&url).await;
 }
