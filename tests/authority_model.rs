@@ -501,40 +501,56 @@ async fn l3_batch_equals_scalar_equals_model_postgres() {
     run(support::postgres_repo).await;
 }
 
+/// Asserts that each migration, whitespace collapsed, holds `definition` bound to each of its
+/// session expressions, and, once those are removed, no other text computing from any of
+/// `sources` (a copy that drifted from the definition).
+fn holds_only_the_definition(
+    definition: fn(&str) -> String,
+    migrations: [(&str, &str, &[&str]); 2],
+    sources: &[&str],
+) {
+    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    for (file, text, bound) in migrations {
+        let mut rest = flat(text);
+        for session in bound {
+            let expected = flat(&definition(session));
+            assert!(
+                rest.contains(&expected),
+                "{file}: no recomputation for {session}; expected {expected}"
+            );
+            rest = rest.replace(&expected, "");
+        }
+        for source in sources {
+            assert!(
+                !rest.contains(source),
+                "{file}: computed otherwise than by the definition:\n{rest}"
+            );
+        }
+    }
+}
+
 /// Decision 0025: the database maintains L1 in `sessions.current_turn_id` with triggers, and
 /// every recomputation in the migrations is the authority's one definition, verbatim (after
 /// collapsing whitespace), bound to the row the trigger moved. The model tests above check the
 /// pointer's value after every kind of change; this checks the two files hold no other L1.
 #[test]
 fn l1_the_pointer_is_maintained_with_the_authoritys_definition() {
-    use turnstile::server::repo::authority::current_turn_defined;
-    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
-    for (file, text, bound) in [
-        (
-            "sqlite",
-            include_str!("../migrations/sqlite/0005_current_turn_pointer.sql"),
-            &["sessions.id", "NEW.session_id", "OLD.session_id"][..],
-        ),
-        (
-            "postgres",
-            include_str!("../migrations/postgres/0005_current_turn_pointer.sql"),
-            &["sessions.id", "moved"][..],
-        ),
-    ] {
-        let mut rest = flat(text);
-        for session in bound {
-            let definition = flat(&current_turn_defined(session));
-            assert!(
-                rest.contains(&definition),
-                "{file}: no recomputation for {session}; expected {definition}"
-            );
-            rest = rest.replace(&definition, "");
-        }
-        assert!(
-            !rest.contains("FROM turns ct"),
-            "{file}: a current turn computed otherwise than by the definition:\n{rest}"
-        );
-    }
+    holds_only_the_definition(
+        turnstile::server::repo::authority::current_turn_defined,
+        [
+            (
+                "sqlite",
+                include_str!("../migrations/sqlite/0005_current_turn_pointer.sql"),
+                &["sessions.id", "NEW.session_id", "OLD.session_id"],
+            ),
+            (
+                "postgres",
+                include_str!("../migrations/postgres/0005_current_turn_pointer.sql"),
+                &["sessions.id", "moved"],
+            ),
+        ],
+        &["FROM turns ct"],
+    );
 }
 
 /// Decision 0028: the database maintains P1 (without the session state) in
@@ -544,34 +560,20 @@ fn l1_the_pointer_is_maintained_with_the_authoritys_definition() {
 /// after every kind of change.
 #[test]
 fn p1_the_pending_action_is_maintained_with_the_authoritys_definition() {
-    use turnstile::server::repo::authority::current_turn_pending_defined;
-    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
-    for (file, text, bound) in [
-        (
-            "sqlite",
-            include_str!("../migrations/sqlite/0006_current_turn_pending.sql"),
-            &["sessions.id", "NEW.id", "NEW.session_id", "OLD.session_id"][..],
-        ),
-        (
-            "postgres",
-            include_str!("../migrations/postgres/0006_current_turn_pending.sql"),
-            &["sessions.id", "changed"][..],
-        ),
-    ] {
-        let mut rest = flat(text);
-        for session in bound {
-            let definition = flat(&current_turn_pending_defined(session));
-            assert!(
-                rest.contains(&definition),
-                "{file}: no recomputation for {session}; expected {definition}"
-            );
-            rest = rest.replace(&definition, "");
-        }
-        for computed in ["FROM clarification_bundles", "FROM permission_requests"] {
-            assert!(
-                !rest.contains(computed),
-                "{file}: a pending action computed otherwise than by the definition:\n{rest}"
-            );
-        }
-    }
+    holds_only_the_definition(
+        turnstile::server::repo::authority::current_turn_pending_defined,
+        [
+            (
+                "sqlite",
+                include_str!("../migrations/sqlite/0006_current_turn_pending.sql"),
+                &["sessions.id", "NEW.id", "NEW.session_id", "OLD.session_id"],
+            ),
+            (
+                "postgres",
+                include_str!("../migrations/postgres/0006_current_turn_pending.sql"),
+                &["sessions.id", "changed"],
+            ),
+        ],
+        &["FROM clarification_bundles", "FROM permission_requests"],
+    );
 }

@@ -8,15 +8,18 @@
 mod support;
 
 use sqlx::{Connection, PgConnection};
-use turnstile::server::repo::{self, Claim, ClaimOutcome, Repository};
+use std::sync::Arc;
 
-/// Waits (bounded) until the backend `pid` waits for a lock.
-async fn until_waiting_for_a_lock(observer: &mut PgConnection, pid: i32) {
+use turnstile::server::repo::{self, BundleRecord, Claim, ClaimOutcome, Repository};
+
+/// Waits (bounded) until some backend of this database other than `observer` waits for a lock.
+async fn until_someone_waits(observer: &mut PgConnection) {
     for _ in 0..5_000 {
         let waiting: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)",
+            "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE NOT l.granted AND a.datname = current_database() \
+               AND a.pid <> pg_backend_pid())",
         )
-        .bind(pid)
         .fetch_one(&mut *observer)
         .await
         .unwrap();
@@ -25,7 +28,21 @@ async fn until_waiting_for_a_lock(observer: &mut PgConnection, pid: i32) {
         }
         tokio::task::yield_now().await;
     }
-    panic!("backend {pid} never waited for a lock");
+    panic!("nobody waited for a lock");
+}
+
+/// A session waiting for the answer to its one question (one turn): the repository, the
+/// session, its task and the question's bundle.
+async fn one_pending_question(url: &str) -> (Arc<dyn Repository>, String, String, BundleRecord) {
+    let repo = repo::connect(url).await.unwrap();
+    let (session, task) = support::session_with_history(&repo, 1).await;
+    let bundle = repo
+        .active_bundles(&session)
+        .await
+        .unwrap()
+        .remove(0)
+        .record;
+    (repo, session, task, bundle)
 }
 
 async fn pending_of(conn: &mut PgConnection, session: &str) -> Option<String> {
@@ -41,15 +58,8 @@ async fn p1_two_writers_of_one_session_recompute_in_turn_postgres() {
     let Some(url) = support::postgres_url().await else {
         return;
     };
-    let repo = repo::connect(&url).await.unwrap();
     // One turn holding one pending question (the first), the session waiting for its answer.
-    let (session, task) = support::session_with_history(&repo, 1).await;
-    let first = repo
-        .active_bundles(&session)
-        .await
-        .unwrap()
-        .remove(0)
-        .record;
+    let (repo, session, task, first) = one_pending_question(&url).await;
     let mut observer = PgConnection::connect(&url).await.unwrap();
     assert_eq!(
         pending_of(&mut observer, &session).await.as_deref(),
@@ -74,10 +84,6 @@ async fn p1_two_writers_of_one_session_recompute_in_turn_postgres() {
     // Writer B answers the first question meanwhile: it must wait for A's session row, then
     // see A's question, so the session still waits for an answer.
     let mut b = PgConnection::connect(&url).await.unwrap();
-    let b_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut b)
-        .await
-        .unwrap();
     let first_id = first.pending_id.clone();
     let answer = tokio::spawn(async move {
         sqlx::query(
@@ -89,7 +95,8 @@ async fn p1_two_writers_of_one_session_recompute_in_turn_postgres() {
         .await
         .unwrap();
     });
-    until_waiting_for_a_lock(&mut observer, b_pid).await;
+    // Only B can wait: A holds its rows, and the observer is not counted.
+    until_someone_waits(&mut observer).await;
     sqlx::query("COMMIT").execute(&mut a).await.unwrap();
     answer.await.unwrap();
 
@@ -110,45 +117,18 @@ async fn p1_two_writers_of_one_session_recompute_in_turn_postgres() {
     support::drop_postgres(&url).await;
 }
 
-/// Waits (bounded) until some backend of this database other than `observer` waits for a lock.
-async fn until_someone_waits(observer: &mut PgConnection) {
-    for _ in 0..5_000 {
-        let waiting: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-             WHERE NOT l.granted AND a.datname = current_database() \
-               AND a.pid <> pg_backend_pid())",
-        )
-        .fetch_one(&mut *observer)
-        .await
-        .unwrap();
-        if waiting {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("nobody waited for a lock");
-}
-
 /// A session whose one question was answered (a detached answer, about to be owed), and a
 /// connection `holder` that holds that bundle's row the way a bundle writer does just before
 /// its trigger takes the session row.
-async fn answered_and_held(
-    url: &str,
-) -> (
-    std::sync::Arc<dyn Repository>,
-    String,
-    String,
-    String,
-    PgConnection,
-) {
-    let repo = repo::connect(url).await.unwrap();
-    let (session, task) = support::session_with_history(&repo, 1).await;
-    let bundle = repo
-        .active_bundles(&session)
-        .await
-        .unwrap()
-        .remove(0)
-        .record;
+struct Held {
+    repo: Arc<dyn Repository>,
+    task: String,
+    pending_id: String,
+    holder: PgConnection,
+}
+
+async fn answered_and_held(url: &str) -> Held {
+    let (repo, _session, task, bundle) = one_pending_question(url).await;
     let claim = Claim {
         status: turnstile::model::BundleStatus::Answered,
         response: "{}".into(),
@@ -167,7 +147,12 @@ async fn answered_and_held(
         .execute(&mut holder)
         .await
         .unwrap();
-    (repo, session, task, bundle.pending_id, holder)
+    Held {
+        repo,
+        task,
+        pending_id: bundle.pending_id,
+        holder,
+    }
 }
 
 /// The holder now changes the bundle's status: its trigger takes the session row. It must get
@@ -186,7 +171,12 @@ async fn lock_order_owe_resume_takes_the_bundle_before_the_session_postgres() {
     let Some(url) = support::postgres_url().await else {
         return;
     };
-    let (repo, _session, _task, pending_id, mut holder) = answered_and_held(&url).await;
+    let Held {
+        repo,
+        pending_id,
+        mut holder,
+        ..
+    } = answered_and_held(&url).await;
     let mut observer = PgConnection::connect(&url).await.unwrap();
     let (r, p) = (repo.clone(), pending_id.clone());
     let owe = tokio::spawn(async move { r.owe_resume(&p, "resume", 3_000).await });
@@ -206,7 +196,12 @@ async fn lock_order_delete_task_takes_the_bundles_before_the_sessions_postgres()
     let Some(url) = support::postgres_url().await else {
         return;
     };
-    let (repo, _session, task, pending_id, mut holder) = answered_and_held(&url).await;
+    let Held {
+        repo,
+        task,
+        pending_id,
+        mut holder,
+    } = answered_and_held(&url).await;
     let mut observer = PgConnection::connect(&url).await.unwrap();
     let (r, t) = (repo.clone(), task.clone());
     let delete = tokio::spawn(async move { r.delete_task(&t).await });
