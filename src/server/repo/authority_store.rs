@@ -121,21 +121,21 @@ where
         Ok(
             sqlx::query_scalar::<DB, Option<String>>(SQL.current_turn_id.as_str())
                 .bind(session_id)
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *self.reader().await?)
                 .await?,
         )
     }
 
     async fn count_active_bundles(&self) -> RepoResult<i64> {
         Ok(sqlx::query_scalar::<DB, i64>(SQL.count_active.as_str())
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.reader().await?)
             .await?)
     }
 
     async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleView>> {
         sqlx::query_as::<DB, BundleQuestionsRow>(SQL.active_bundles(DB::KIND))
             .bind(session_id)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.reader().await?)
             .await?
             .into_iter()
             .map(|r| {
@@ -154,7 +154,7 @@ where
         }
         let rows: String = sqlx::query_scalar::<DB, String>(SQL.task_sessions(DB::KIND))
             .bind(json(task_ids))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.reader().await?)
             .await?;
         task_sessions_from_json(&rows)
     }
@@ -169,7 +169,7 @@ where
         let (sessions, summaries): (String, String) =
             sqlx::query_as::<DB, (String, String)>(SQL.task_sessions_with_summaries(DB::KIND))
                 .bind(json(task_ids))
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *self.reader().await?)
                 .await?;
         Ok((
             task_sessions_from_json(&sessions)?,
@@ -188,7 +188,7 @@ where
         }
         let rows = sqlx::query::<DB>(SQL.pending_actions(DB::KIND))
             .bind(json(session_ids))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.reader().await?)
             .await?;
         for row in rows {
             let id: String = row.try_get("session_id")?;
@@ -206,7 +206,7 @@ where
         Ok(
             sqlx::query_scalar::<DB, String>(SQL.detach_session.as_str())
                 .bind(session_id)
-                .fetch_all(&self.writes)
+                .fetch_all(&mut *self.writer().await?)
                 .await?,
         )
     }
@@ -214,14 +214,14 @@ where
     async fn detach_turn(&self, turn_id: &str) -> RepoResult<Vec<String>> {
         Ok(sqlx::query_scalar::<DB, String>(SQL.detach_turn.as_str())
             .bind(turn_id)
-            .fetch_all(&self.writes)
+            .fetch_all(&mut *self.writer().await?)
             .await?)
     }
 
     async fn detach_bundle(&self, pending_id: &str) -> RepoResult<bool> {
         Ok(sqlx::query_scalar::<DB, String>(SQL.detach_bundle.as_str())
             .bind(pending_id)
-            .fetch_optional(&self.writes)
+            .fetch_optional(&mut *self.writer().await?)
             .await?
             .is_some())
     }
@@ -231,7 +231,7 @@ where
             sqlx::query_scalar::<DB, String>(SQL.expire_session.as_str())
                 .bind(session_id)
                 .bind(at)
-                .fetch_all(&self.writes)
+                .fetch_all(&mut *self.writer().await?)
                 .await?,
         )
     }
@@ -257,7 +257,7 @@ where
             .bind(&claim.response)
             .bind(&claim.reject_reason)
             .bind(at)
-            .fetch_optional(&self.writes)
+            .fetch_optional(&mut *self.writer().await?)
             .await?;
         if let Some(record) = won {
             return Ok(ClaimOutcome::Claimed(record));
@@ -266,7 +266,7 @@ where
             "SELECT {BUNDLE_COLUMNS} FROM clarification_bundles WHERE pending_id = $1"
         ))
         .bind(pending_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reader().await?)
         .await?;
         Ok(match current {
             None => ClaimOutcome::NotFound,
@@ -280,7 +280,7 @@ where
     async fn restore_bundle(&self, pending_id: &str) -> RepoResult<bool> {
         let done = sqlx::query::<DB>(SQL.restore_bundle.as_str())
             .bind(pending_id)
-            .execute(&self.writes)
+            .execute(&mut *self.writer().await?)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -291,7 +291,7 @@ where
              WHERE pending_id = $1 AND delivery_pending = TRUE",
         )
         .bind(pending_id)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }

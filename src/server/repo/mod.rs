@@ -4,6 +4,7 @@
 
 pub mod authority;
 mod authority_store;
+mod connections;
 mod outbox;
 mod postgres;
 mod profiles;

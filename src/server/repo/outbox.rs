@@ -110,7 +110,7 @@ where
         .bind(session_id)
         .bind(at)
         .bind(pending_id)
-        .fetch_optional(&self.writes)
+        .fetch_optional(&mut *self.writer().await?)
         .await?
         .ok_or_else(|| RepoError::NotFound(format!("session {session_id}")))
     }
@@ -120,7 +120,7 @@ where
             "UPDATE turns SET reservation = 'attempted' WHERE id = $1 AND reservation = 'reserved'",
         )
         .bind(turn_id)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -130,7 +130,7 @@ where
             "UPDATE turns SET reservation = 'none' WHERE id = $1 AND reservation = 'attempted'",
         )
         .bind(turn_id)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -139,7 +139,7 @@ where
         Ok(sqlx::query_as::<DB, TurnRecord>(stmt!(
             "SELECT {TURN_COLUMNS} FROM turns WHERE reservation <> 'none' ORDER BY started_at, created_at, id"
         ))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -148,7 +148,7 @@ where
             "SELECT {BUNDLE_COLUMNS} FROM clarification_bundles WHERE delivery_pending = TRUE \
              ORDER BY created_at, pending_id"
         ))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -158,7 +158,7 @@ where
              AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.turn_id = turns.id)",
         )
         .bind(turn_id)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -254,7 +254,7 @@ where
              ORDER BY created_at, id"
         ))
         .bind(session_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -266,7 +266,7 @@ where
                            AND t.reservation = 'attempted' AND t.resume_prompt IS NOT NULL) \
              ORDER BY s.created_at, s.id"
         ))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -274,7 +274,7 @@ where
         let done = sqlx::query::<DB>(SQL.dispatch_resume.as_str())
             .bind(turn_id)
             .bind(at)
-            .execute(&self.writes)
+            .execute(&mut *self.writer().await?)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -287,7 +287,7 @@ where
         )
         .bind(pending_id)
         .bind(at)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(())
     }
@@ -316,7 +316,7 @@ where
             "UPDATE answer_handoffs SET state = 'withdrawn' WHERE pending_id = $1 AND state = 'offered'",
         )
         .bind(pending_id)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }

@@ -40,8 +40,8 @@ impl PostgresRepository {
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
         Ok(Self {
-            writes: pool.clone(),
-            pool,
+            writes: super::connections::Connections::Pooled(pool.clone()),
+            reads: super::connections::Connections::Pooled(pool),
             durability: None,
         })
     }
@@ -53,11 +53,9 @@ mod tests {
 
     use super::PostgresRepository;
 
-    /// Decision 0026: a statement the repository runs again is not planned again (PostgreSQL
-    /// kept choosing a fresh custom plan per execution, 0.15–0.4 ms of every B1 query). Needs
-    /// `TEST_POSTGRES_URL`.
-    #[tokio::test]
-    async fn pooled_connections_plan_a_statement_once() {
+    /// A repository on a new database of the test server, and its dropper; `None` without
+    /// `TEST_POSTGRES_URL` (an error under CI).
+    async fn fresh() -> Option<(PostgresRepository, impl AsyncFnOnce())> {
         let Some(admin) = std::env::var("TEST_POSTGRES_URL")
             .ok()
             .filter(|u| !u.is_empty())
@@ -67,7 +65,7 @@ mod tests {
                 Ok("true"),
                 "TEST_POSTGRES_URL is not set under CI=true"
             );
-            return;
+            return None;
         };
         let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
         let name = format!("t_{}", uuid::Uuid::now_v7().simple());
@@ -77,7 +75,25 @@ mod tests {
             .unwrap();
         let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
         let repo = PostgresRepository::connect(&url).await.unwrap();
-        let mut pooled = repo.pool.acquire().await.unwrap();
+        let pool = repo.reads.pool().unwrap().clone();
+        Some((repo, async move || {
+            pool.close().await;
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name}")))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }))
+    }
+
+    /// Decision 0026: a statement the repository runs again is not planned again (PostgreSQL
+    /// kept choosing a fresh custom plan per execution, 0.15–0.4 ms of every B1 query). Needs
+    /// `TEST_POSTGRES_URL`.
+    #[tokio::test]
+    async fn pooled_connections_plan_a_statement_once() {
+        let Some((repo, drop_database)) = fresh().await else {
+            return;
+        };
+        let mut pooled = repo.reads.pool().unwrap().acquire().await.unwrap();
         for _ in 0..8 {
             sqlx::query("SELECT id FROM tasks WHERE id = $1")
                 .bind("none")
@@ -94,10 +110,39 @@ mod tests {
         .unwrap();
         assert_eq!((generic, custom), (8, 0));
         drop(pooled);
-        repo.pool.close().await;
-        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {name}")))
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        drop_database().await;
+    }
+
+    /// Decision 0029: a write transaction dropped before its commit (a failed or cancelled
+    /// operation) is rolled back before its pooled connection serves anyone else.
+    #[tokio::test]
+    async fn a_write_transaction_dropped_before_its_commit_writes_nothing() {
+        let Some((repo, drop_database)) = fresh().await else {
+            return;
+        };
+        let insert =
+            |key: String| sqlx::query("INSERT INTO meta (key, value) VALUES ($1, 1)").bind(key);
+        {
+            let mut tx = repo.write_tx().await.unwrap();
+            insert("dropped".into()).execute(&mut *tx).await.unwrap();
+        }
+        // More transactions at once than the pool has connections: each one is clean.
+        let kept = futures::future::join_all((0..12).map(|i| {
+            let repo = &repo;
+            async move {
+                let mut tx = repo.write_tx().await.unwrap();
+                insert(format!("kept {i}")).execute(&mut *tx).await.unwrap();
+                tx.commit().await.unwrap();
+            }
+        }));
+        kept.await;
+        let (dropped, kept): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE key = 'dropped'), count(*) FILTER (WHERE key LIKE 'kept %') FROM meta",
+        )
+        .fetch_one(&mut *repo.reader().await.unwrap())
+        .await
+        .unwrap();
+        assert_eq!((dropped, kept), (0, 12));
+        drop_database().await;
     }
 }

@@ -61,7 +61,7 @@ where
         .bind(json(&new.args))
         .bind(json(&new.env))
         .bind(at)
-        .fetch_one(&self.writes)
+        .fetch_one(&mut *self.writer().await?)
         .await?)
     }
 
@@ -69,7 +69,7 @@ where
         Ok(sqlx::query_as::<DB, AgentProfileRecord>(
             "SELECT id, name, command, args, env, created_at FROM agent_profiles ORDER BY name, id",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -87,7 +87,7 @@ where
         .bind(&profile.command)
         .bind(json(&profile.args))
         .bind(json(&profile.env))
-        .fetch_optional(&self.writes)
+        .fetch_optional(&mut *self.writer().await?)
         .await?)
     }
 
@@ -96,7 +96,7 @@ where
             "SELECT id, name, command, args, env, created_at FROM agent_profiles WHERE id = $1",
         )
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reader().await?)
         .await?)
     }
 
@@ -108,7 +108,7 @@ where
             "SELECT id, name, command, args, env, created_at FROM agent_profiles WHERE name = $1",
         )
         .bind(name)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reader().await?)
         .await?)
     }
 }

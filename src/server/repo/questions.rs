@@ -121,7 +121,7 @@ where
     async fn get_bundle(&self, pending_id: &str) -> RepoResult<Option<BundleView>> {
         let row = sqlx::query_as::<DB, BundleActivityRow>(SQL.bundle_with_activity(DB::KIND))
             .bind(pending_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.reader().await?)
             .await?;
         row.map(|r| {
             Ok(BundleView {
@@ -139,7 +139,7 @@ where
              ORDER BY created_at, pending_id"
         ))
         .bind(session_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -189,7 +189,7 @@ where
              FROM permission_requests WHERE id = $1"
         ))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reader().await?)
         .await?)
     }
 
@@ -205,7 +205,7 @@ where
         ))
         .bind(session_id)
         .bind(turn_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reader().await?)
         .await?)
     }
 
@@ -218,7 +218,7 @@ where
              FROM permission_requests WHERE session_id = $1 AND status = 'pending' ORDER BY created_at, id"
         ))
         .bind(session_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -237,7 +237,7 @@ where
         .bind(status)
         .bind(outcome)
         .bind(at)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -254,7 +254,7 @@ where
         ))
         .bind(session_id)
         .bind(at)
-        .fetch_all(&self.writes)
+        .fetch_all(&mut *self.writer().await?)
         .await?)
     }
 
@@ -271,13 +271,13 @@ where
         ))
         .bind(json(keep))
         .bind(at)
-        .fetch_all(&self.writes)
+        .fetch_all(&mut *self.writer().await?)
         .await?)
     }
 }
 
 pub(super) async fn insert_questions<DB>(
-    tx: &mut sqlx::Transaction<'static, DB>,
+    tx: &mut super::sql::WriteTx<'_, DB>,
     pending_id: &str,
     questions: &[crate::model::Question],
 ) -> RepoResult<()>
@@ -308,7 +308,7 @@ where
 
 /// L6: the bundle's one transcript row, in the bundle's turn.
 pub(super) async fn insert_question_message<DB>(
-    tx: &mut sqlx::Transaction<'static, DB>,
+    tx: &mut super::sql::WriteTx<'_, DB>,
     bundle: &BundleRecord,
     content: &str,
     at: Micros,

@@ -125,7 +125,7 @@ where
             "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
         ))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reader().await?)
         .await?)
     }
 
@@ -135,7 +135,7 @@ where
              ORDER BY created_at DESC, id DESC"
         ))
         .bind(task_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -159,7 +159,7 @@ where
         .bind(starts)
         .bind(state.is_terminal())
         .bind(at)
-        .fetch_optional(&self.writes)
+        .fetch_optional(&mut *self.writer().await?)
         .await?)
     }
 
@@ -191,7 +191,7 @@ where
             "SELECT {SESSION_COLUMNS} FROM sessions WHERE mcp_token_hash = $1"
         ))
         .bind(hash)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reader().await?)
         .await?)
     }
 
@@ -199,7 +199,7 @@ where
         let done = sqlx::query::<DB>("UPDATE sessions SET acp_session_id = $2 WHERE id = $1")
             .bind(id)
             .bind(acp_session_id)
-            .execute(&self.writes)
+            .execute(&mut *self.writer().await?)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -208,7 +208,7 @@ where
         let done = sqlx::query::<DB>("UPDATE sessions SET mcp_token_hash = $2 WHERE id = $1")
             .bind(id)
             .bind(hash)
-            .execute(&self.writes)
+            .execute(&mut *self.writer().await?)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -224,7 +224,7 @@ where
                                     AND b.status = 'pending' AND b.detached = FALSE))) \
              ORDER BY s.created_at, s.id"
         ))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -235,7 +235,7 @@ where
         )
         .bind(session_id)
         .bind(at)
-        .fetch_all(&self.writes)
+        .fetch_all(&mut *self.writer().await?)
         .await?)
     }
 
@@ -245,7 +245,7 @@ where
         )
         .bind(session_id)
         .bind(hash)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -257,7 +257,7 @@ where
         )
         .bind(session_id)
         .bind(server_id)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(())
     }
@@ -269,7 +269,7 @@ where
         )
         .bind(server_id)
         .bind(at)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(())
     }
@@ -281,7 +281,7 @@ where
         )
         .bind(own)
         .bind(since)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -291,7 +291,7 @@ where
         )
         .bind(own)
         .bind(since)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -302,7 +302,7 @@ where
         )
         .bind(session_id)
         .bind(since)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reader().await?)
         .await?)
     }
 
@@ -319,7 +319,7 @@ where
         )
         .bind(own)
         .bind(dead_before)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -329,7 +329,7 @@ where
         )
         .bind(session_id)
         .bind(server_id)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }

@@ -16,7 +16,9 @@
 //! server's CPU in a task-list loop). An expression is not read while planning, so the
 //! statement is prepared once (`sqlite.rs` test `b2_list_reads_never_re_prepare_a_statement`).
 
-use sqlx::{Database, IntoArguments, Pool, Transaction};
+use sqlx::{Database, IntoArguments, Pool};
+
+use super::connections::{Conn, Connections, Tx};
 
 use super::{
     AuthorityStore, Backend, OutboxStore, ProfileStore, QuestionRow, QuestionStore, RepoError,
@@ -216,25 +218,40 @@ pub trait RowsAffected {
     fn rows_affected(&self) -> u64;
 }
 
-/// The repository on one backend's connection pools.
+/// The repository on one backend's connections.
 ///
-/// Every statement that writes runs on `writes`, every other one on `pool`. On SQLite
-/// `writes` is one connection of its own and `pool` is opened read-only: SQLite has one
+/// Every statement that writes runs on `writes`, every other one on `reads`. On SQLite
+/// `writes` is one connection of its own and `reads` are opened read-only: SQLite has one
 /// writer at a time, and a second connection that wants to write sleeps in SQLite's busy
 /// handler (1, 2, 5, 10 … ms) until the lock is free; writers queued for the one write
-/// connection wait in the process instead and start as soon as it is returned
-/// (docs/decisions/0023-one-sqlite-write-connection.md). On PostgreSQL, and for an
+/// connection wait in the process instead and start as soon as it is free
+/// (docs/decisions/0023-one-sqlite-write-connection.md). A SQLite file's connections are kept
+/// outside sqlx's pool (decision 0029, `connections.rs`). On PostgreSQL, and for an
 /// in-memory SQLite database (one connection), both are the same pool.
 pub struct SqlRepository<DB: Database> {
-    pub(super) pool: Pool<DB>,
-    pub(super) writes: Pool<DB>,
+    pub(super) reads: Connections<DB>,
+    pub(super) writes: Connections<DB>,
     /// SQLite database files: group commit of the write connection (decision 0024).
     pub(super) durability: Option<std::sync::Arc<super::wal_sync::WalSync>>,
 }
 
+/// A write transaction (see [`SqlRepository::write_tx`]).
+pub(super) type WriteTx<'a, DB> = Tx<'a, DB>;
+
 impl<DB: SqlBackend> SqlRepository<DB> {
-    pub(super) async fn write_tx(&self) -> Result<Transaction<'static, DB>, sqlx::Error> {
-        self.writes.begin_with(DB::BEGIN_WRITE).await
+    /// A read connection, for one statement: `.fetch_all(&mut *self.reader().await?)`.
+    pub(super) async fn reader(&self) -> Result<Conn<'_, DB>, sqlx::Error> {
+        self.reads.get().await
+    }
+
+    /// The write connection, for one statement: `.execute(&mut *self.writer().await?)`.
+    pub(super) async fn writer(&self) -> Result<Conn<'_, DB>, sqlx::Error> {
+        self.writes.get().await
+    }
+
+    /// A transaction on the write connection, begun with [`SqlBackend::BEGIN_WRITE`].
+    pub(super) async fn write_tx(&self) -> Result<WriteTx<'_, DB>, sqlx::Error> {
+        Tx::begin(self.writer().await?, DB::BEGIN_WRITE).await
     }
 }
 
@@ -257,7 +274,7 @@ where
     }
 
     fn postgres_options(&self) -> Option<sqlx::postgres::PgConnectOptions> {
-        DB::postgres_options(&self.pool)
+        self.reads.pool().and_then(DB::postgres_options)
     }
 
     async fn durable(&self) -> super::RepoResult<()> {

@@ -1,14 +1,16 @@
-//! SQLite, the embedded default: a WAL database file, one connection that writes and a small
-//! read-only pool for the rest (decision 0023). Write transactions start with `BEGIN IMMEDIATE`
-//! so a read-then-write transaction never fails to upgrade.
+//! SQLite, the embedded default: a WAL database file, one connection that writes and up to
+//! eight read-only ones for the rest (decision 0023), the repository's own rather than a
+//! pool's (decision 0029). Write transactions start with `BEGIN IMMEDIATE` so a
+//! read-then-write transaction never fails to upgrade.
 
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ConnectOptions, Sqlite};
 
+use super::connections::{ConnectionSet, Connections};
 use super::sql::{RowsAffected, SqlBackend, SqlRepository};
 use super::wal_sync::WalSync;
 use super::{Backend, RepoResult};
@@ -55,46 +57,44 @@ impl SqliteRepository {
             .synchronous(SqliteSynchronous::Normal);
         let durability =
             (!memory).then(|| Arc::new(WalSync::new(options.get_filename().to_path_buf())));
-        // One connection writes (decision 0023). It stays open for the life of the
-        // repository: it holds the WAL files the read-only connections need.
-        let watch = durability.clone();
-        let writes = SqlitePoolOptions::new()
-            .test_before_acquire(false)
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .after_connect(move |conn, _| {
-                let watch = watch.clone();
-                Box::pin(async move {
-                    if let Some(wal) = watch {
-                        let mut handle = conn.lock_handle().await?;
-                        // SAFETY: the handle is locked, so this thread alone uses the
-                        // connection while the hook is installed.
-                        unsafe { wal.watch(handle.as_raw_handle().as_ptr()) };
-                    }
-                    Ok(())
-                })
-            })
-            .connect_with(options.clone())
-            .await?;
-        sqlx::migrate!("./migrations/sqlite").run(&writes).await?;
         if memory {
             // An in-memory database exists per connection: the one connection does all.
+            let pool = SqlitePoolOptions::new()
+                .test_before_acquire(false)
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+                .connect_with(options)
+                .await?;
+            sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
             return Ok(Self {
-                pool: writes.clone(),
-                writes,
+                writes: Connections::Pooled(pool.clone()),
+                reads: Connections::Pooled(pool),
                 durability,
             });
         }
-        let pool = SqlitePoolOptions::new()
-            .test_before_acquire(false)
-            .max_connections(8)
-            .connect_with(options.read_only(true))
+        // One connection writes (decision 0023), held outside any pool (decision 0029). It
+        // stays open for the life of the repository: it holds the WAL files the read-only
+        // connections need.
+        let mut writer = options.connect().await?;
+        if let Some(wal) = &durability {
+            let mut handle = writer.lock_handle().await?;
+            // SAFETY: the handle is locked, so this thread alone uses the connection while
+            // the hook is installed.
+            unsafe { wal.watch(handle.as_raw_handle().as_ptr()) };
+        }
+        sqlx::migrate!("./migrations/sqlite")
+            .run_direct(None, &mut writer, false)
             .await?;
+        // Read connections are opened when first needed, at most eight.
         Ok(Self {
-            pool,
-            writes,
+            reads: Connections::Own(ConnectionSet::new(
+                Vec::new(),
+                8,
+                options.clone().read_only(true),
+            )),
+            writes: Connections::Own(ConnectionSet::new(vec![writer], 1, options)),
             durability,
         })
     }
@@ -107,6 +107,7 @@ mod tests {
 
     use super::SqliteRepository;
     use crate::model::SessionState;
+    use crate::server::repo::connections::Connections;
     use crate::server::repo::{
         NewSession, NewTask, Repository, SessionStore, TaskFilter, TaskStore, TranscriptStore,
     };
@@ -116,7 +117,7 @@ mod tests {
         use libsqlite3_sys::{
             SQLITE_STMTSTATUS_REPREPARE, sqlite3_next_stmt, sqlite3_sql, sqlite3_stmt_status,
         };
-        let mut conn = repo.pool.acquire().await.unwrap();
+        let mut conn = repo.reads.pool().unwrap().acquire().await.unwrap();
         let mut handle = conn.lock_handle().await.unwrap();
         let db = handle.as_raw_handle().as_ptr();
         let mut out = HashMap::new();
@@ -187,14 +188,47 @@ mod tests {
         assert!(again.is_empty(), "prepared again: {again:#?}");
     }
 
-    /// Decision 0026: an in-process SQLite connection cannot have been closed by a server, so
-    /// no pool sends it a ping (a round trip to its worker thread) before every statement.
+    /// Decisions 0026 and 0029: an in-process SQLite connection cannot have been closed by a
+    /// server, so nothing pings it, before a statement or after (a sqlx pool pings each
+    /// connection it takes back: a round trip to the connection's thread): a database file's
+    /// connections are the repository's own, not a pool's.
     #[tokio::test]
-    async fn no_connection_is_pinged_before_use() {
+    async fn no_connection_of_a_database_file_is_pooled_so_none_is_pinged() {
         let db = TempDb::new();
         let repo = SqliteRepository::connect(&db.url()).await.unwrap();
-        assert!(!repo.pool.options().get_test_before_acquire());
-        assert!(!repo.writes.options().get_test_before_acquire());
+        assert!(
+            matches!(repo.writes, Connections::Own(_)),
+            "the write connection is pooled"
+        );
+        assert!(
+            matches!(repo.reads, Connections::Own(_)),
+            "the read connections are pooled"
+        );
+    }
+
+    /// Decision 0029: a write transaction dropped before its commit (a failed or cancelled
+    /// operation) is rolled back on the write connection, which the next caller then finds
+    /// outside any transaction (its `BEGIN IMMEDIATE` would fail inside one).
+    #[tokio::test]
+    async fn a_write_transaction_dropped_before_its_commit_writes_nothing() {
+        let db = TempDb::new();
+        let repo = SqliteRepository::connect(&db.url()).await.unwrap();
+        let insert = |key: &'static str| {
+            sqlx::query("INSERT INTO meta (key, value) VALUES ($1, 1)").bind(key)
+        };
+        {
+            let mut tx = repo.write_tx().await.unwrap();
+            insert("dropped").execute(&mut *tx).await.unwrap();
+        }
+        let mut tx = repo.write_tx().await.unwrap();
+        insert("kept").execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+        let keys: Vec<String> =
+            sqlx::query_scalar("SELECT key FROM meta WHERE key IN ('dropped', 'kept')")
+                .fetch_all(&mut *repo.reader().await.unwrap())
+                .await
+                .unwrap();
+        assert_eq!(keys, ["kept"]);
     }
 
     /// A database file in a directory of its own, removed when dropped.
@@ -272,7 +306,7 @@ mod tests {
         let db = TempDb::new();
         let repo = SqliteRepository::connect(&db.url()).await.unwrap();
         let err = sqlx::query("UPDATE meta SET value = value")
-            .execute(&repo.pool)
+            .execute(&mut *repo.reader().await.unwrap())
             .await
             .unwrap_err();
         assert!(err.to_string().contains("readonly"), "{err}");

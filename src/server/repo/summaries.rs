@@ -114,14 +114,14 @@ where
             "INSERT INTO meta (key, value) VALUES ('epoch', 1) \
              ON CONFLICT (key) DO UPDATE SET value = meta.value + 1 RETURNING value",
         )
-        .fetch_one(&self.writes)
+        .fetch_one(&mut *self.writer().await?)
         .await?)
     }
 
     async fn current_epoch(&self) -> RepoResult<i64> {
         Ok(
             sqlx::query_scalar::<DB, i64>("SELECT value FROM meta WHERE key = 'epoch'")
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.reader().await?)
                 .await?
                 .unwrap_or(0),
         )
@@ -135,7 +135,7 @@ where
             sqlx::query_as::<DB, (i64, i64)>(
                 "SELECT (SELECT value FROM meta WHERE key = 'epoch'), nextval('pending_revisions')",
             )
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.reader().await?)
             .await?,
         ))
     }
@@ -153,7 +153,7 @@ where
         }
         let rows: String = sqlx::query_scalar::<DB, String>(summaries_statement(DB::KIND))
             .bind(json(task_ids))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.reader().await?)
             .await?;
         summaries_from_json(&rows)
     }
@@ -165,7 +165,8 @@ where
         body: &SummaryBody,
         at: Micros,
     ) -> RepoResult<CasOutcome> {
-        let written = cas_statement(&self.writes, task_id, expected, body, at).await?;
+        let written =
+            cas_statement(&mut *self.writer().await?, task_id, expected, body, at).await?;
         if let Some(revision) = written {
             return Ok(CasOutcome::Written { revision });
         }
@@ -235,7 +236,7 @@ where
         )
         .bind(task_id)
         .bind(at)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -254,7 +255,7 @@ where
              FROM task_status_summaries WHERE task_id = $1",
         )
         .bind(task_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reader().await?)
         .await?
         .map(SummaryRow::into_record)
         .transpose()

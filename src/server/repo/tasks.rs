@@ -123,7 +123,7 @@ where
         .bind(&new.workflow_id)
         .bind(&new.step_id)
         .bind(at)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         self.get_task(&id)
             .await?
@@ -134,7 +134,7 @@ where
         Ok(
             sqlx::query_as::<DB, TaskRecord>(stmt!("{TASK_SELECT} WHERE t.id = $1"))
                 .bind(id)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.reader().await?)
                 .await?,
         )
     }
@@ -143,7 +143,7 @@ where
         Ok(sqlx::query_as::<DB, TaskRecord>(stmt!(
             "{TASK_SELECT} ORDER BY t.created_at DESC, t.id DESC"
         ))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -162,7 +162,7 @@ where
                 .bind(after_at)
                 .bind(after_id)
                 .bind(filter.limit)
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *self.reader().await?)
                 .await?;
         type Row = (
             TaskRecord,
@@ -212,7 +212,7 @@ where
         .bind(archived_at.is_some())
         .bind(archived_at.flatten())
         .bind(at)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         if done.rows_affected() == 0 {
             return Ok(None);

@@ -71,7 +71,7 @@ where
         .bind(&new.session_id)
         .bind(new.started_at)
         .bind(new.created_at)
-        .fetch_optional(&self.writes)
+        .fetch_optional(&mut *self.writer().await?)
         .await?
         .ok_or_else(|| RepoError::NotFound(format!("session {}", new.session_id)))
     }
@@ -82,7 +82,7 @@ where
         )
         .bind(turn_id)
         .bind(at)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -92,7 +92,7 @@ where
             "SELECT {TURN_COLUMNS} FROM turns WHERE id = $1"
         ))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reader().await?)
         .await?)
     }
 
@@ -103,7 +103,7 @@ where
              ORDER BY t.started_at, t.created_at, t.id"
         ))
         .bind(session_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -122,7 +122,7 @@ where
         .bind(&new.content)
         .bind(&new.pending_id)
         .bind(at)
-        .fetch_optional(&self.writes)
+        .fetch_optional(&mut *self.writer().await?)
         .await?
         .ok_or_else(|| {
             RepoError::NotFound(format!(
@@ -147,7 +147,7 @@ where
         .bind(session_id)
         .bind(after)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?)
     }
 
@@ -166,7 +166,7 @@ where
         .bind(session_id)
         .bind(before)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?;
         rows.reverse();
         Ok(rows)
@@ -178,7 +178,7 @@ where
             "DELETE FROM messages WHERE id = $1 RETURNING {MESSAGE_COLUMNS}"
         ))
         .bind(id)
-        .fetch_optional(&self.writes)
+        .fetch_optional(&mut *self.writer().await?)
         .await?)
     }
 
@@ -194,7 +194,7 @@ where
         .bind(id)
         .bind(content)
         .bind(at)
-        .fetch_optional(&self.writes)
+        .fetch_optional(&mut *self.writer().await?)
         .await?)
     }
 }

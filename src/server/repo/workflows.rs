@@ -91,7 +91,7 @@ where
         let rows = sqlx::query_as::<DB, WorkflowRecord>(
             "SELECT id, name, is_default, created_at FROM workflows ORDER BY created_at, id",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
@@ -104,7 +104,7 @@ where
         let row = sqlx::query_as::<DB, WorkflowRecord>(
             "SELECT id, name, is_default, created_at FROM workflows WHERE is_default = TRUE",
         )
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.reader().await?)
         .await?;
         match row {
             Some(row) => Ok(Some(self.load_steps(row).await?)),
@@ -117,7 +117,7 @@ where
             "UPDATE turns SET workflow_deferred = TRUE WHERE id = $1 AND workflow_deferred = FALSE",
         )
         .bind(turn_id)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -127,7 +127,7 @@ where
             "UPDATE turns SET workflow_deferred = FALSE WHERE id = $1 AND workflow_deferred = TRUE",
         )
         .bind(turn_id)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -146,7 +146,7 @@ where
         .bind(from)
         .bind(to)
         .bind(at)
-        .execute(&self.writes)
+        .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -165,7 +165,7 @@ where
              WHERE workflow_id = $1 ORDER BY position, id",
         )
         .bind(&workflow.id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.reader().await?)
         .await?;
         Ok(WorkflowView { workflow, steps })
     }

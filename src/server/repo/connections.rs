@@ -1,0 +1,167 @@
+//! Where statements run: a SQLite database file's connections are kept by the repository
+//! itself, PostgreSQL's (and an in-memory SQLite database's one) by a sqlx pool
+//! (docs/decisions/0029-sqlite-connections-outside-the-pool.md).
+//!
+//! Why not sqlx's pool for SQLite: a pool takes a connection back through a spawned task that
+//! first pings it, and a SQLite connection's ping is a round trip to the connection's own
+//! thread. So every statement cost two trips to that thread and a task on a busy runtime, and
+//! SQLite's one write connection (decision 0023) was checked out 98% of the time in B3, much of
+//! it waiting for its own return. A connection of this process cannot have been closed by a
+//! server, so there is nothing for the ping to find; the connections here are handed back on
+//! drop, at once, in the order callers asked (a fair semaphore).
+
+use std::ops::{Deref, DerefMut};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{ConnectOptions, Connection, Database, Pool};
+use sqlx_core::transaction::TransactionManager as _;
+
+/// The connections one kind of statement runs on.
+pub(super) enum Connections<DB: Database> {
+    /// A SQLite database file: at most `permits` connections, opened when first needed (or
+    /// given at the start, like the one write connection), never pinged.
+    Own(ConnectionSet<DB>),
+    /// PostgreSQL (whose server can end a connection: the pool replaces it) and in-memory
+    /// SQLite (one connection for everything).
+    Pooled(Pool<DB>),
+}
+
+pub(super) struct ConnectionSet<DB: Database> {
+    idle: std::sync::Mutex<Vec<DB::Connection>>,
+    permits: tokio::sync::Semaphore,
+    options: <DB::Connection as Connection>::Options,
+}
+
+impl<DB: Database> ConnectionSet<DB> {
+    /// At most `limit` connections: `open` first, more made from `options` when needed.
+    pub(super) fn new(
+        open: Vec<DB::Connection>,
+        limit: usize,
+        options: <DB::Connection as Connection>::Options,
+    ) -> Self {
+        Self {
+            idle: std::sync::Mutex::new(open),
+            permits: tokio::sync::Semaphore::new(limit),
+            options,
+        }
+    }
+}
+
+impl<DB: Database> Connections<DB> {
+    /// A connection for as long as the result lives: `.execute(&mut *conn)`.
+    pub(super) async fn get(&self) -> Result<Conn<'_, DB>, sqlx::Error> {
+        match self {
+            Connections::Pooled(pool) => Ok(Conn::Pooled(pool.acquire().await?)),
+            Connections::Own(set) => {
+                let permit = set
+                    .permits
+                    .acquire()
+                    .await
+                    .expect("the semaphore is never closed");
+                let idle = set.idle.lock().expect("poisoned").pop();
+                let conn = match idle {
+                    Some(conn) => conn,
+                    None => set.options.connect().await?,
+                };
+                Ok(Conn::Lent(Lent {
+                    conn: Some(conn),
+                    set,
+                    _permit: permit,
+                }))
+            }
+        }
+    }
+
+    pub(super) fn pool(&self) -> Option<&Pool<DB>> {
+        match self {
+            Connections::Pooled(pool) => Some(pool),
+            Connections::Own(_) => None,
+        }
+    }
+}
+
+/// A connection lent by a [`ConnectionSet`]; back in the set when dropped (before its permit
+/// is released, so the next caller finds it).
+pub(super) struct Lent<'a, DB: Database> {
+    conn: Option<DB::Connection>,
+    set: &'a ConnectionSet<DB>,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl<DB: Database> Drop for Lent<'_, DB> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.set.idle.lock().expect("poisoned").push(conn);
+        }
+    }
+}
+
+/// A connection while one caller has it.
+pub(super) enum Conn<'a, DB: Database> {
+    Lent(Lent<'a, DB>),
+    Pooled(PoolConnection<DB>),
+}
+
+impl<DB: Database> Deref for Conn<'_, DB> {
+    type Target = DB::Connection;
+    fn deref(&self) -> &DB::Connection {
+        match self {
+            Conn::Lent(l) => l.conn.as_ref().expect("lent until dropped"),
+            Conn::Pooled(c) => c,
+        }
+    }
+}
+
+impl<DB: Database> DerefMut for Conn<'_, DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        match self {
+            Conn::Lent(l) => l.conn.as_mut().expect("lent until dropped"),
+            Conn::Pooled(c) => c,
+        }
+    }
+}
+
+/// A transaction on one connection: `commit` ends it; dropped before that, it is rolled back
+/// (queued on the connection, which runs it before its next statement).
+pub(super) struct Tx<'a, DB: Database> {
+    conn: Conn<'a, DB>,
+    open: bool,
+}
+
+impl<'a, DB: Database> Tx<'a, DB> {
+    pub(super) async fn begin(
+        mut conn: Conn<'a, DB>,
+        statement: &'static str,
+    ) -> Result<Self, sqlx::Error> {
+        DB::TransactionManager::begin(&mut conn, Some(sqlx::SqlSafeStr::into_sql_str(statement)))
+            .await?;
+        Ok(Self { conn, open: true })
+    }
+
+    pub(super) async fn commit(mut self) -> Result<(), sqlx::Error> {
+        DB::TransactionManager::commit(&mut self.conn).await?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl<DB: Database> Drop for Tx<'_, DB> {
+    fn drop(&mut self) {
+        if self.open {
+            DB::TransactionManager::start_rollback(&mut self.conn);
+        }
+    }
+}
+
+impl<DB: Database> Deref for Tx<'_, DB> {
+    type Target = DB::Connection;
+    fn deref(&self) -> &DB::Connection {
+        &self.conn
+    }
+}
+
+impl<DB: Database> DerefMut for Tx<'_, DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        &mut self.conn
+    }
+}
