@@ -5,6 +5,9 @@
 //! right costs that read and its confirmation, and one that changes it that read and its
 //! compare-and-set.
 //!
+//! Also an ask's write: the statement that finds the current turn inserts the bundle (B3: one
+//! statement less on SQLite's one write connection per ask).
+//!
 //! One test in this binary, one database after the other: the count is process-wide.
 
 mod support;
@@ -17,8 +20,8 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 use turnstile::server::summary::projector::{Scope, refresh_task};
 
 /// Counts the statements that read or write task summaries or read the authority (`WITH cur`,
-/// the P1 queries of `authority.rs`).
-struct SummaryStatements(Arc<AtomicUsize>);
+/// the P1 queries of `authority.rs`), and an ask's turn lookups and bundle inserts.
+struct SummaryStatements(Arc<AtomicUsize>, Arc<AtomicUsize>);
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SummaryStatements {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
@@ -43,21 +46,74 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SummaryStatements 
         if text.0.contains("task_status_summaries") || text.0.contains("WITH cur") {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
+        // An ask's turn lookup (the statement it had before) and its bundle insert.
+        if text.0.contains("SELECT t.id FROM turns t")
+            || text.0.contains("INSERT INTO clarification_bundles")
+        {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b3_a_refresh_reads_summary_and_authority_in_one_statement() {
     let counted = Arc::new(AtomicUsize::new(0));
+    let turn_reads = Arc::new(AtomicUsize::new(0));
     tracing::subscriber::set_global_default(
-        tracing_subscriber::registry().with(SummaryStatements(counted.clone())),
+        tracing_subscriber::registry().with(SummaryStatements(counted.clone(), turn_reads.clone())),
     )
     .expect("the only subscriber of this binary");
     refresh_counts(&support::sqlite_url(), &counted).await;
+    ask_counts(&support::sqlite_url(), &turn_reads).await;
     if let Some(url) = support::postgres_url().await {
         refresh_counts(&url, &counted).await;
+        ask_counts(&url, &turn_reads).await;
         support::drop_postgres(&url).await;
     }
+}
+
+/// L6 in one statement: the ask's insert finds the open current turn itself; with none (here:
+/// the turn completed) it writes nothing.
+async fn ask_counts(url: &str, turn_reads: &AtomicUsize) {
+    use turnstile::server::repo::NewAsk;
+    let server = TestServer::start(url).await;
+    let repo = &server.state.repo;
+    let (session, _) = support::session_with_history(repo, 0).await;
+    let turn = repo
+        .insert_turn(&turnstile::server::repo::NewTurn {
+            id: None,
+            session_id: session.clone(),
+            started_at: 10,
+            created_at: 10,
+        })
+        .await
+        .unwrap();
+    let ask = |n: u32| NewAsk {
+        pending_id: format!("ask-{n}-{}", uuid::Uuid::now_v7()),
+        session_id: session.clone(),
+        context: None,
+        dedup_key: format!("d{n}"),
+        questions: vec![],
+        message_content: "?".into(),
+    };
+    let before = turn_reads.load(Ordering::SeqCst);
+    let written = repo.ask_in_current_turn(&ask(1), 20).await.unwrap();
+    assert_eq!(
+        turn_reads.load(Ordering::SeqCst) - before,
+        1,
+        "{url}: one statement finds the turn and inserts the bundle"
+    );
+    assert_eq!(written.expect("the turn is open").bundle.turn_id, turn.id);
+    repo.complete_turn(&turn.id, 30).await.unwrap();
+    assert!(
+        repo.ask_in_current_turn(&ask(2), 40)
+            .await
+            .unwrap()
+            .is_none(),
+        "{url}: no open turn, no bundle"
+    );
+    assert_eq!(repo.session_bundles(&session).await.unwrap().len(), 1);
+    server.stop().await;
 }
 
 async fn refresh_counts(url: &str, counted: &AtomicUsize) {

@@ -91,7 +91,7 @@ pub struct AuthoritySql {
     pub expire_session: String,
     pub claim_bundle: String,
     pub restore_bundle: String,
-    pub ask_turn: String,
+    pub ask_bundle: String,
     pub dispatch_resume: String,
 }
 
@@ -314,10 +314,16 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
              RETURNING {BUNDLE_COLUMNS}"
         ),
         // L6: an agent asks in the current turn only while it is open and is not an owed
-        // resume (an answer the user already gave comes next; the agent's turn is over).
-        ask_turn: format!(
-            "SELECT t.id FROM turns t \
-             WHERE t.id = {} AND t.completed_at IS NULL AND t.reservation = 'none'",
+        // resume (an answer the user already gave comes next; the agent's turn is over). The
+        // bundle goes into that turn in the same statement that finds it; no row when there is
+        // none. `$1` session, `$2` pending id, `$3` context, `$4` dedup key, `$5` time.
+        ask_bundle: format!(
+            "INSERT INTO clarification_bundles ({BUNDLE_COLUMNS}) \
+             SELECT $2, t.session_id, t.task_id, t.id, 'pending', FALSE, FALSE, $3, $4, NULL, \
+                    NULL, $5, NULL \
+             FROM turns t \
+             WHERE t.id = {} AND t.completed_at IS NULL AND t.reservation = 'none' \
+             RETURNING {BUNDLE_COLUMNS}",
             live_current_turn_of("$1")
         ),
         // L18/L1: an owed resume is handed over once, only while it is the current turn (nothing

@@ -169,26 +169,17 @@ where
         at: Micros,
     ) -> RepoResult<Option<AskWritten>> {
         let mut tx = self.write_tx().await?;
-        let Some(turn_id) = sqlx::query_scalar::<DB, String>(SQL.ask_turn.as_str())
+        let Some(bundle) = sqlx::query_as::<DB, BundleRecord>(SQL.ask_bundle.as_str())
             .bind(&new.session_id)
+            .bind(&new.pending_id)
+            .bind(&new.context)
+            .bind(&new.dedup_key)
+            .bind(at)
             .fetch_optional(&mut *tx)
             .await?
         else {
             return Ok(None);
         };
-        let bundle = sqlx::query_as::<DB, BundleRecord>(stmt!(
-            "INSERT INTO clarification_bundles ({BUNDLE_COLUMNS}) \
-             SELECT $1, t.session_id, t.task_id, t.id, 'pending', FALSE, FALSE, $3, $4, NULL, NULL, $5, NULL \
-             FROM turns t WHERE t.id = $2 \
-             RETURNING {BUNDLE_COLUMNS}"
-        ))
-        .bind(&new.pending_id)
-        .bind(&turn_id)
-        .bind(&new.context)
-        .bind(&new.dedup_key)
-        .bind(at)
-        .fetch_one(&mut *tx)
-        .await?;
         insert_questions(&mut tx, &new.pending_id, &new.questions).await?;
         let message = insert_question_message(&mut tx, &bundle, &new.message_content, at).await?;
         let Some(session) = sqlx::query_as::<DB, SessionRecord>(stmt!(
