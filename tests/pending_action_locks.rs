@@ -117,17 +117,18 @@ async fn p1_two_writers_of_one_session_recompute_in_turn_postgres() {
     support::drop_postgres(&url).await;
 }
 
-/// A session whose one question was answered (a detached answer, about to be owed), and a
-/// connection `holder` that holds that bundle's row the way a bundle writer does just before
-/// its trigger takes the session row.
-struct Held {
-    repo: Arc<dyn Repository>,
-    task: String,
-    pending_id: String,
-    holder: PgConnection,
-}
-
-async fn answered_and_held(url: &str) -> Held {
+/// Runs `op(repo, task, pending_id)`, a repository call that must take the bundle row of a
+/// just-answered question (a detached answer, about to be owed), while another connection holds
+/// that row the way a bundle writer does just before its trigger takes the session row. Once
+/// `op` is seen waiting, the holder changes the bundle's status, so its trigger takes the
+/// session row: it must get it (`op`'s transaction, waiting for the bundle, holds no session
+/// row) and commit. Returns what `op` returned.
+async fn while_a_bundle_writer_holds<T, F, Fut>(url: &str, op: F) -> T
+where
+    F: FnOnce(Arc<dyn Repository>, String, String) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
     let (repo, _session, task, bundle) = one_pending_question(url).await;
     let claim = Claim {
         status: turnstile::model::BundleStatus::Answered,
@@ -147,23 +148,18 @@ async fn answered_and_held(url: &str) -> Held {
         .execute(&mut holder)
         .await
         .unwrap();
-    Held {
-        repo,
-        task,
-        pending_id: bundle.pending_id,
-        holder,
-    }
-}
-
-/// The holder now changes the bundle's status: its trigger takes the session row. It must get
-/// it (the repository's transaction waiting for the bundle holds no session row), and commit.
-async fn holder_writes_status(holder: &mut PgConnection, pending_id: &str) {
+    let mut observer = PgConnection::connect(url).await.unwrap();
+    let call = tokio::spawn(op(repo.clone(), task, bundle.pending_id.clone()));
+    until_someone_waits(&mut observer).await;
     sqlx::query("UPDATE clarification_bundles SET status = 'answered' WHERE pending_id = $1")
-        .bind(pending_id)
-        .execute(&mut *holder)
+        .bind(&bundle.pending_id)
+        .execute(&mut holder)
         .await
         .expect("the bundle writer is not chosen as a deadlock victim");
-    sqlx::query("COMMIT").execute(&mut *holder).await.unwrap();
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    let result = call.await.unwrap();
+    drop((holder, observer, repo));
+    result
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,23 +167,12 @@ async fn lock_order_owe_resume_takes_the_bundle_before_the_session_postgres() {
     let Some(url) = support::postgres_url().await else {
         return;
     };
-    let Held {
-        repo,
-        pending_id,
-        mut holder,
-        ..
-    } = answered_and_held(&url).await;
-    let mut observer = PgConnection::connect(&url).await.unwrap();
-    let (r, p) = (repo.clone(), pending_id.clone());
-    let owe = tokio::spawn(async move { r.owe_resume(&p, "resume", 3_000).await });
-    until_someone_waits(&mut observer).await;
-    holder_writes_status(&mut holder, &pending_id).await;
-    let owed = owe
-        .await
-        .unwrap()
-        .expect("owe_resume is not chosen as a deadlock victim");
+    let owed = while_a_bundle_writer_holds(&url, |repo, _task, pending_id| async move {
+        repo.owe_resume(&pending_id, "resume", 3_000).await
+    })
+    .await
+    .expect("owe_resume is not chosen as a deadlock victim");
     assert!(owed.is_some(), "the answer's resume is owed");
-    drop((holder, observer, repo));
     support::drop_postgres(&url).await;
 }
 
@@ -196,22 +181,11 @@ async fn lock_order_delete_task_takes_the_bundles_before_the_sessions_postgres()
     let Some(url) = support::postgres_url().await else {
         return;
     };
-    let Held {
-        repo,
-        task,
-        pending_id,
-        mut holder,
-    } = answered_and_held(&url).await;
-    let mut observer = PgConnection::connect(&url).await.unwrap();
-    let (r, t) = (repo.clone(), task.clone());
-    let delete = tokio::spawn(async move { r.delete_task(&t).await });
-    until_someone_waits(&mut observer).await;
-    holder_writes_status(&mut holder, &pending_id).await;
-    let deleted = delete
-        .await
-        .unwrap()
-        .expect("delete_task is not chosen as a deadlock victim");
+    let deleted = while_a_bundle_writer_holds(&url, |repo, task, _pending_id| async move {
+        repo.delete_task(&task).await
+    })
+    .await
+    .expect("delete_task is not chosen as a deadlock victim");
     assert!(deleted);
-    drop((holder, observer, repo));
     support::drop_postgres(&url).await;
 }
