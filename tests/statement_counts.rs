@@ -8,6 +8,10 @@
 //! Also an ask's write: the statement that finds the current turn inserts the bundle (B3: one
 //! statement less on SQLite's one write connection per ask).
 //!
+//! And a session's state change: its event carries the P1 pending action its own `UPDATE …
+//! RETURNING` read (`SESSION_COLUMNS`), so it costs one statement, not a session read before and
+//! a P1 read after.
+//!
 //! One test in this binary, one database after the other: the count is process-wide.
 
 mod support;
@@ -21,7 +25,7 @@ use turnstile::server::summary::projector::{Scope, refresh_task};
 
 /// Counts the statements that read or write task summaries or read the authority (`WITH cur`,
 /// the P1 queries of `authority.rs`), and an ask's turn lookups and bundle inserts.
-struct SummaryStatements(Arc<AtomicUsize>, Arc<AtomicUsize>);
+struct SummaryStatements(Arc<AtomicUsize>, Arc<AtomicUsize>, Arc<AtomicUsize>);
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SummaryStatements {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
@@ -52,6 +56,13 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SummaryStatements 
         {
             self.1.fetch_add(1, Ordering::SeqCst);
         }
+        // A statement on sessions: a session read, the P1 batch read, a state change (not the
+        // projector's task read, which follows the event on its own time).
+        if (text.0.contains("FROM sessions") || text.0.contains("UPDATE sessions"))
+            && !text.0.contains("cur.task_id")
+        {
+            self.2.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -59,15 +70,22 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SummaryStatements 
 async fn b3_a_refresh_reads_summary_and_authority_in_one_statement() {
     let counted = Arc::new(AtomicUsize::new(0));
     let turn_reads = Arc::new(AtomicUsize::new(0));
-    tracing::subscriber::set_global_default(
-        tracing_subscriber::registry().with(SummaryStatements(counted.clone(), turn_reads.clone())),
-    )
+    let session_statements = Arc::new(AtomicUsize::new(0));
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(
+        SummaryStatements(
+            counted.clone(),
+            turn_reads.clone(),
+            session_statements.clone(),
+        ),
+    ))
     .expect("the only subscriber of this binary");
     refresh_counts(&support::sqlite_url(), &counted).await;
     ask_counts(&support::sqlite_url(), &turn_reads).await;
+    state_change_counts(&support::sqlite_url(), &session_statements).await;
     if let Some(url) = support::postgres_url().await {
         refresh_counts(&url, &counted).await;
         ask_counts(&url, &turn_reads).await;
+        state_change_counts(&url, &session_statements).await;
         support::drop_postgres(&url).await;
     }
 }
@@ -113,6 +131,60 @@ async fn ask_counts(url: &str, turn_reads: &AtomicUsize) {
         "{url}: no open turn, no bundle"
     );
     assert_eq!(repo.session_bundles(&session).await.unwrap().len(), 1);
+    server.stop().await;
+}
+
+/// A state change is one statement on sessions, and its event carries the P1 that statement
+/// read (P9: the revision reserved before it). A change to the state the session is already in
+/// writes nothing and publishes nothing.
+async fn state_change_counts(url: &str, session_statements: &AtomicUsize) {
+    use turnstile::model::{PendingAction, SessionState};
+    use turnstile::server::orchestrator::sessions::set_state;
+    let server = TestServer::start(url).await;
+    let state = &server.state;
+    // Waiting, with the pending bundle of its last turn: P1 is `clarification`.
+    let (session, _) = support::session_with_history(&state.repo, 1).await;
+    let mut events = state.hub.subscribe();
+    let before = session_statements.load(Ordering::SeqCst);
+    let moved = set_state(state, &session, SessionState::Running)
+        .await
+        .unwrap()
+        .expect("moved");
+    assert_eq!(
+        session_statements.load(Ordering::SeqCst) - before,
+        1,
+        "{url}: one UPDATE … RETURNING, no session read before it, no P1 read after it"
+    );
+    assert_eq!(moved.pending_action, Some(PendingAction::Clarification));
+    let event = loop {
+        let e = events.recv().await.unwrap();
+        if e.action == "session.state_changed" {
+            break e.payload;
+        }
+    };
+    assert_eq!(
+        event["session"]["pending_action"], "clarification",
+        "{url}: the event carries the P1 its write read: {event}"
+    );
+    let before = session_statements.load(Ordering::SeqCst);
+    let same = set_state(state, &session, SessionState::Running)
+        .await
+        .unwrap()
+        .expect("already running");
+    assert_eq!(same.state, SessionState::Running);
+    assert_eq!(
+        session_statements.load(Ordering::SeqCst) - before,
+        2,
+        "{url}: the guarded update changes nothing, then one read tells why"
+    );
+    let moved = set_state(state, &session, SessionState::Completed)
+        .await
+        .unwrap()
+        .expect("moved");
+    assert_eq!(
+        moved.pending_action, None,
+        "{url}: P1 of a terminal session"
+    );
     server.stop().await;
 }
 

@@ -183,6 +183,8 @@ async fn write(
         questions: ask.questions.clone(),
         message_content: ask.summary_line(),
     };
+    // P9: reserved before the transaction whose session update reads the P1 its events carry.
+    let revision = state.next_pending_revision().await;
     let Some(written) = state
         .repo
         .ask_in_current_turn(&new, state.clock.now())
@@ -191,7 +193,7 @@ async fn write(
         return Ok(Written::NotCurrent);
     };
     state.runtime.counters.note_foreign_row(&session.id);
-    publish::session_state_and_message_added(state, &written.session, &written.message).await;
+    publish::session_state_and_message_added(state, &written.session, &written.message, revision);
     state
         .hooks
         .run(crate::server::hooks::Point::AskWritten, pending_id)

@@ -1,7 +1,9 @@
 //! The notifications services publish after their writes committed (P10): typed
 //! (`model::Notification`), built in one place so payloads match docs/api.md.
 
-use crate::model::{Bundle, MessageChange, Notification, PendingSnapshot, Task};
+use crate::model::{
+    Bundle, MessageChange, Notification, PendingActionRevision, PendingSnapshot, Task,
+};
 use crate::server::events::Event;
 use crate::server::repo::{BundleView, MessageRecord, PermissionRecord, SessionRecord, TurnRecord};
 use crate::server::state::AppState;
@@ -112,14 +114,31 @@ pub async fn session_state_changed(state: &AppState, s: &SessionRecord) {
     send(state, Notification::SessionStateChanged { session });
 }
 
+/// The P1 snapshot a session write returned: read by the write's own statement
+/// (`SESSION_COLUMNS`), after `revision` was reserved (P9).
+fn as_written(s: &SessionRecord, revision: PendingActionRevision) -> Option<PendingSnapshot> {
+    Some(PendingSnapshot {
+        pending_action: s.pending_action,
+        pending_action_revision: revision,
+    })
+}
+
+/// `session.state_changed` for the session as its write returned it (no second read).
+pub fn session_state_written(state: &AppState, s: &SessionRecord, revision: PendingActionRevision) {
+    let session = session_with(s, &as_written(s, revision));
+    send(state, Notification::SessionStateChanged { session });
+}
+
 /// `session.state_changed`, then `session.message.added`, for one write that changed both
-/// (an ask, L7): one P1 read serves both, since both describe the same commit.
-pub async fn session_state_and_message_added(
+/// (an ask, L7): the session row's P1 as the write returned it serves both, since both
+/// describe the same commit.
+pub fn session_state_and_message_added(
     state: &AppState,
     s: &SessionRecord,
     m: &MessageRecord,
+    revision: PendingActionRevision,
 ) {
-    let pending = pending_of(state, &s.id).await;
+    let pending = as_written(s, revision);
     let session = session_with(s, &pending);
     send(state, Notification::SessionStateChanged { session });
     send(

@@ -34,16 +34,16 @@ pub async fn set_state(
     session_id: &str,
     to: SessionState,
 ) -> Result<Option<SessionRecord>, RepoError> {
-    let current = state.repo.get_session(session_id).await?;
-    if current.as_ref().is_some_and(|s| s.state == to) {
-        return Ok(current);
-    }
+    // P9: reserved before the statement that reads the P1 the event carries (the write).
+    let revision = state.next_pending_revision().await;
     let Some(moved) = state
         .repo
         .set_session_state(session_id, to, state.clock.now())
         .await?
     else {
-        return Ok(None);
+        // Already in `to` (nothing to publish), or terminal.
+        let current = state.repo.get_session(session_id).await?;
+        return Ok(current.filter(|s| s.state == to));
     };
     if to.is_terminal() {
         let expired = state
@@ -52,7 +52,7 @@ pub async fn set_state(
             .await?;
         publish::bundles_by_id(state, publish::BundleEvent::Expired, &expired).await;
     }
-    publish::session_state_changed(state, &moved).await;
+    publish::session_state_written(state, &moved, revision);
     Ok(Some(moved))
 }
 

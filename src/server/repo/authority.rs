@@ -195,7 +195,19 @@ pub fn current_turn_pending_defined(session: &str) -> String {
 /// row's maintained [`current_turn_pending_defined`]: nothing unless the session is
 /// input-capable (hence not terminal, L2), else what the current turn waits for.
 fn pending_action_of_cur() -> String {
-    format!("CASE WHEN cur.state NOT IN {INPUT_CAPABLE_STATES} THEN NULL ELSE cur.pending END")
+    pending_action_of("cur.state", "cur.pending")
+}
+
+/// P1 of a session row read or written by the statement itself, from its `state` and
+/// `current_turn_pending` columns (unqualified, so it also serves `RETURNING`): every session
+/// record carries its P1 as read in the same statement, so an event about a session write needs
+/// no second read (B3).
+pub fn pending_action_of_session_row() -> String {
+    pending_action_of("state", "current_turn_pending")
+}
+
+fn pending_action_of(state: &str, pending: &str) -> String {
+    format!("CASE WHEN {state} NOT IN {INPUT_CAPABLE_STATES} THEN NULL ELSE {pending} END")
 }
 
 fn active_bundles(backend: Backend) -> String {

@@ -123,6 +123,33 @@ pub struct SessionRecord {
     pub started_at: Option<Micros>,
     pub completed_at: Option<Micros>,
     pub created_at: Micros,
+    /// P1 as of the statement that read or wrote this row (`SESSION_COLUMNS` computes it with
+    /// the authority's expression): an event about a session write carries it without a
+    /// second read (B3).
+    pub pending_action: Option<PendingAction>,
+}
+
+/// A P1 value as the authority's statements return it: text (`clarification`, `permission`).
+impl<DB: sqlx::Database> sqlx::Type<DB> for PendingAction
+where
+    str: sqlx::Type<DB>,
+{
+    fn type_info() -> DB::TypeInfo {
+        <str as sqlx::Type<DB>>::type_info()
+    }
+
+    fn compatible(ty: &DB::TypeInfo) -> bool {
+        <str as sqlx::Type<DB>>::compatible(ty)
+    }
+}
+
+impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for PendingAction
+where
+    &'r str: sqlx::Decode<'r, DB>,
+{
+    fn decode(value: DB::ValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        Ok(<&str as sqlx::Decode<DB>>::decode(value)?.parse::<PendingAction>()?)
+    }
 }
 
 impl SessionRecord {

@@ -18,8 +18,8 @@ pub trait SessionStore: Send + Sync {
     /// Newest first.
     async fn list_sessions(&self, task_id: &str) -> RepoResult<Vec<SessionRecord>>;
 
-    /// Moves a non-terminal session to `state`; a terminal session never moves again (returns
-    /// `None`). Stamps `started_at` on the first start and `completed_at` on a terminal state;
+    /// Moves a non-terminal session to `state` if it is in another state; a terminal session
+    /// never moves again (`None`, as when it already is in `state`: nothing was written). Stamps `started_at` on the first start and `completed_at` on a terminal state;
     /// a terminal state revokes the MCP token.
     async fn set_session_state(
         &self,
@@ -151,7 +151,7 @@ where
              started_at = CASE WHEN $3 AND started_at IS NULL THEN $5 ELSE started_at END, \
              completed_at = CASE WHEN $4 THEN $5 ELSE completed_at END, \
              mcp_token_hash = CASE WHEN $4 THEN NULL ELSE mcp_token_hash END \
-             WHERE id = $1 AND state NOT IN ('completed', 'failed', 'cancelled') \
+             WHERE id = $1 AND state <> $2 AND state NOT IN ('completed', 'failed', 'cancelled') \
              RETURNING {SESSION_COLUMNS}"
         ))
         .bind(id)

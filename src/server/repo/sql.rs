@@ -51,8 +51,22 @@ pub(super) const CAS_SUMMARY_UPDATE: &str = "UPDATE task_status_summaries \
      WHERE task_id = $1 AND revision = $2 AND (summary <> $3 OR invalidated = TRUE) \
      RETURNING revision";
 
-pub(super) const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, name, state, is_primary, \
-    mcp_token_hash, acp_session_id, started_at, completed_at, created_at";
+/// The columns of a [`super::SessionRecord`], its P1 pending action included (computed from the
+/// row by the authority's expression): `{SESSION_COLUMNS}` in a statement's text.
+pub(super) const SESSION_COLUMNS: SessionColumns = SessionColumns;
+
+pub(super) struct SessionColumns;
+
+impl std::fmt::Display for SessionColumns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "id, task_id, agent_profile_id, name, state, is_primary, mcp_token_hash, \
+             acp_session_id, started_at, completed_at, created_at, {} AS pending_action",
+            super::authority::pending_action_of_session_row()
+        )
+    }
+}
 
 pub(super) const TURN_COLUMNS: &str = "id, session_id, task_id, started_at, completed_at, \
     created_at, reservation, resume_pending_id, resume_prompt, workflow_deferred";
