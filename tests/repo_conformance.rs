@@ -93,6 +93,7 @@ impl World {
             )
             .await
             .expect("insert message")
+            .message
             .id
     }
 
@@ -180,6 +181,7 @@ both!(
     seed_is_idempotent,
     b5_recovery_lists_only_sessions_with_work,
     p6_batch_cas_writes_each_row_only_at_its_revision,
+    p1_session_and_message_writes_return_the_p1_of_their_own_statement,
 );
 
 async fn l1_equal_started_at_falls_back_to_created_at_then_id(repo: Arc<dyn Repository>) {
@@ -1020,4 +1022,82 @@ async fn p6_batch_cas_writes_each_row_only_at_its_revision(repo: Arc<dyn Reposit
         asking
     );
     assert!(w.repo.cas_summaries(&[], T0).await.unwrap().is_empty());
+}
+
+/// B3: a write about a session (its state) or one of its messages returns the session's P1 as
+/// that statement read it, equal to what the authority's batch read says right after; events
+/// publish it instead of reading again.
+async fn p1_session_and_message_writes_return_the_p1_of_their_own_statement(
+    repo: Arc<dyn Repository>,
+) {
+    let w = World::new(repo).await;
+    let s = w.session(SessionState::Running).await;
+    let t = w.turn(&s, T0).await;
+    let batch = |session: String| {
+        let repo = w.repo.clone();
+        async move {
+            repo.pending_actions_for_sessions(std::slice::from_ref(&session))
+                .await
+                .unwrap()
+                .remove(&session)
+                .unwrap()
+        }
+    };
+    let message = NewMessage {
+        session_id: s.clone(),
+        turn_id: t.clone(),
+        author: MessageAuthor::Agent,
+        kind: MessageKind::Text,
+        content: "hello".into(),
+        pending_id: None,
+    };
+    let written = w.repo.insert_message(&message, T0 + 1).await.unwrap();
+    assert_eq!(written.pending_action, None, "nothing pending yet");
+    w.ask(&s, &t, T0 + 2).await;
+    let updated = w
+        .repo
+        .update_message_content(&written.message.id, "hello again", T0 + 3)
+        .await
+        .unwrap()
+        .expect("the message exists");
+    assert_eq!(updated.message.content, "hello again");
+    assert_eq!(updated.pending_action, Some(PendingAction::Clarification));
+    assert_eq!(updated.pending_action, batch(s.clone()).await);
+    let waiting = w
+        .repo
+        .set_session_state(&s, SessionState::WaitingForInput, T0 + 4)
+        .await
+        .unwrap()
+        .expect("moved");
+    assert_eq!(waiting.pending_action, Some(PendingAction::Clarification));
+    assert_eq!(
+        w.repo
+            .get_session(&s)
+            .await
+            .unwrap()
+            .unwrap()
+            .pending_action,
+        Some(PendingAction::Clarification)
+    );
+    // P1: a session that cannot take input has none, whatever its turn waits for.
+    let cancelled = w
+        .repo
+        .set_session_state(&s, SessionState::Cancelled, T0 + 5)
+        .await
+        .unwrap()
+        .expect("moved");
+    assert_eq!(cancelled.pending_action, None);
+    assert_eq!(batch(s.clone()).await, None);
+    let after = w
+        .repo
+        .insert_message(
+            &NewMessage {
+                content: "late".into(),
+                ..message
+            },
+            T0 + 6,
+        )
+        .await
+        .unwrap();
+    assert_eq!(after.pending_action, None);
 }

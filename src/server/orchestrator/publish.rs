@@ -5,7 +5,9 @@ use crate::model::{
     Bundle, MessageChange, Notification, PendingActionRevision, PendingSnapshot, Task,
 };
 use crate::server::events::Event;
-use crate::server::repo::{BundleView, MessageRecord, PermissionRecord, SessionRecord, TurnRecord};
+use crate::server::repo::{
+    BundleView, MessageRecord, MessageWritten, PermissionRecord, SessionRecord, TurnRecord,
+};
 use crate::server::state::AppState;
 
 /// Which `session.message.*`.
@@ -69,9 +71,34 @@ async fn pending_of(state: &AppState, session_id: &str) -> Option<PendingSnapsho
 
 /// `session.message.*` with the session's pending action when it could be read.
 pub async fn message(state: &AppState, event: MessageEvent, m: &MessageRecord) {
+    let pending = pending_of(state, &m.session_id).await;
+    send_message(state, event, m, pending);
+}
+
+/// `session.message.*` for a message as its write returned it: the write's statement read the
+/// session's P1 after `revision` was reserved (P9), so no second read.
+pub fn message_written(
+    state: &AppState,
+    event: MessageEvent,
+    m: &MessageWritten,
+    revision: PendingActionRevision,
+) {
+    let pending = Some(PendingSnapshot {
+        pending_action: m.pending_action,
+        pending_action_revision: revision,
+    });
+    send_message(state, event, &m.message, pending);
+}
+
+fn send_message(
+    state: &AppState,
+    event: MessageEvent,
+    m: &MessageRecord,
+    pending: Option<PendingSnapshot>,
+) {
     let change = MessageChange {
         message: m.to_dto(),
-        pending: pending_of(state, &m.session_id).await,
+        pending,
     };
     send(
         state,

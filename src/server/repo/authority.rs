@@ -206,6 +206,15 @@ pub fn pending_action_of_session_row() -> String {
     pending_action_of("state", "current_turn_pending")
 }
 
+/// P1 of the session whose id is the SQL expression `session`, as a scalar subquery (for the
+/// `RETURNING` of a write about one of its rows).
+pub fn pending_action_of_session(session: &str) -> String {
+    format!(
+        "(SELECT {} FROM sessions ps WHERE ps.id = {session})",
+        pending_action_of("ps.state", "ps.current_turn_pending")
+    )
+}
+
 fn pending_action_of(state: &str, pending: &str) -> String {
     format!("CASE WHEN {state} NOT IN {INPUT_CAPABLE_STATES} THEN NULL ELSE {pending} END")
 }

@@ -210,6 +210,15 @@ impl TurnRecord {
     }
 }
 
+/// A message as its write returned it, with its session's P1 pending action as read by the
+/// same statement: the message's event carries it without a second read (B3).
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct MessageWritten {
+    #[sqlx(flatten)]
+    pub message: MessageRecord,
+    pub pending_action: Option<PendingAction>,
+}
+
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct MessageRecord {
     pub id: String,

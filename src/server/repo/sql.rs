@@ -74,6 +74,22 @@ pub(super) const TURN_COLUMNS: &str = "id, session_id, task_id, started_at, comp
 pub(super) const PERMISSION_COLUMNS: &str = "id, session_id, task_id, turn_id, tool_call, options, status, \
     outcome, created_at, resolved_at";
 
+/// What a message write returns: the message and its session's P1 ([`super::MessageWritten`]),
+/// `RETURNING {MESSAGE_WRITTEN}` in a statement on `messages`.
+pub(super) const MESSAGE_WRITTEN: MessageWrittenColumns = MessageWrittenColumns;
+
+pub(super) struct MessageWrittenColumns;
+
+impl std::fmt::Display for MessageWrittenColumns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{MESSAGE_COLUMNS}, {} AS pending_action",
+            super::authority::pending_action_of_session("messages.session_id")
+        )
+    }
+}
+
 pub(super) const MESSAGE_COLUMNS: &str = "id, session_id, task_id, turn_id, author, kind, content, \
     pending_id, created_at, updated_at";
 

@@ -3,8 +3,12 @@
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, Type};
 
-use super::sql::{MESSAGE_COLUMNS, RowsAffected, SqlBackend, SqlRepository, TURN_COLUMNS, stmt};
-use super::{MessageRecord, NewMessage, NewTurn, RepoError, RepoResult, TurnRecord, new_id};
+use super::sql::{
+    MESSAGE_COLUMNS, MESSAGE_WRITTEN, RowsAffected, SqlBackend, SqlRepository, TURN_COLUMNS, stmt,
+};
+use super::{
+    MessageRecord, MessageWritten, NewMessage, NewTurn, RepoError, RepoResult, TurnRecord, new_id,
+};
 use crate::server::time::Micros;
 
 #[async_trait]
@@ -18,7 +22,8 @@ pub trait TranscriptStore: Send + Sync {
     /// Ascending (L1 order); unreferenced reservations are hidden.
     async fn list_turns(&self, session_id: &str) -> RepoResult<Vec<TurnRecord>>;
 
-    async fn insert_message(&self, new: &NewMessage, at: Micros) -> RepoResult<MessageRecord>;
+    /// The message as written, with its session's P1 read by the same statement.
+    async fn insert_message(&self, new: &NewMessage, at: Micros) -> RepoResult<MessageWritten>;
 
     async fn list_messages(
         &self,
@@ -43,7 +48,7 @@ pub trait TranscriptStore: Send + Sync {
         id: &str,
         content: &str,
         at: Micros,
-    ) -> RepoResult<Option<MessageRecord>>;
+    ) -> RepoResult<Option<MessageWritten>>;
 }
 
 #[async_trait]
@@ -57,6 +62,7 @@ where
     for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'q> Option<String>: Encode<'q, DB>,
     for<'r> MessageRecord: FromRow<'r, DB::Row>,
+    for<'r> MessageWritten: FromRow<'r, DB::Row>,
     for<'r> TurnRecord: FromRow<'r, DB::Row>,
 {
     async fn insert_turn(&self, new: &NewTurn) -> RepoResult<TurnRecord> {
@@ -107,12 +113,12 @@ where
         .await?)
     }
 
-    async fn insert_message(&self, new: &NewMessage, at: Micros) -> RepoResult<MessageRecord> {
-        sqlx::query_as::<DB, MessageRecord>(stmt!(
+    async fn insert_message(&self, new: &NewMessage, at: Micros) -> RepoResult<MessageWritten> {
+        sqlx::query_as::<DB, MessageWritten>(stmt!(
             "INSERT INTO messages ({MESSAGE_COLUMNS}) \
              SELECT $1, t.session_id, t.task_id, t.id, $4, $5, $6, $7, $8, $8 \
              FROM turns t WHERE t.id = $3 AND t.session_id = $2 \
-             RETURNING {MESSAGE_COLUMNS}"
+             RETURNING {MESSAGE_WRITTEN}"
         ))
         .bind(new_id())
         .bind(&new.session_id)
@@ -187,9 +193,9 @@ where
         id: &str,
         content: &str,
         at: Micros,
-    ) -> RepoResult<Option<MessageRecord>> {
-        Ok(sqlx::query_as::<DB, MessageRecord>(stmt!(
-            "UPDATE messages SET content = $2, updated_at = $3 WHERE id = $1 RETURNING {MESSAGE_COLUMNS}"
+    ) -> RepoResult<Option<MessageWritten>> {
+        Ok(sqlx::query_as::<DB, MessageWritten>(stmt!(
+            "UPDATE messages SET content = $2, updated_at = $3 WHERE id = $1 RETURNING {MESSAGE_WRITTEN}"
         ))
         .bind(id)
         .bind(content)

@@ -13,15 +13,20 @@ impl Worker {
     /// Writes and publishes what streamed replies have in memory.
     pub(super) async fn flush_stream(&mut self) {
         for flush in self.stream.take() {
+            // P9: reserved before the write whose statement reads the P1 the event carries.
+            let revision = self.state.next_pending_revision().await;
             match self
                 .state
                 .repo
                 .update_message_content(&flush.id, &flush.content, self.state.clock.now())
                 .await
             {
-                Ok(Some(m)) => {
-                    publish::message(&self.state, publish::MessageEvent::Updated, &m).await
-                }
+                Ok(Some(m)) => publish::message_written(
+                    &self.state,
+                    publish::MessageEvent::Updated,
+                    &m,
+                    revision,
+                ),
                 Ok(None) => {} // the message was deleted meanwhile
                 Err(e) => {
                     tracing::error!(session_id = %self.session_id, error = %e, "cannot record agent output")
@@ -69,6 +74,7 @@ impl Worker {
             tracing::warn!(session_id = %self.session_id, "agent output outside a turn dropped");
             return Ok(None);
         };
+        let revision = self.state.next_pending_revision().await;
         let m = self
             .state
             .repo
@@ -84,8 +90,8 @@ impl Worker {
                 self.state.clock.now(),
             )
             .await?;
-        publish::message(&self.state, publish::MessageEvent::Added, &m).await;
-        Ok(Some(m.id))
+        publish::message_written(&self.state, publish::MessageEvent::Added, &m, revision);
+        Ok(Some(m.message.id))
     }
 
     /// Coalesces streamed chunks into one message per reply; the first chunk is written at
@@ -160,13 +166,16 @@ impl Worker {
             content,
             pending_id: None,
         };
+        let revision = self.state.next_pending_revision().await;
         match self
             .state
             .repo
             .insert_message(&message, self.state.clock.now())
             .await
         {
-            Ok(m) => publish::message(&self.state, publish::MessageEvent::Added, &m).await,
+            Ok(m) => {
+                publish::message_written(&self.state, publish::MessageEvent::Added, &m, revision)
+            }
             Err(e) => tracing::error!(error = %e, "cannot record an agent error"),
         }
     }

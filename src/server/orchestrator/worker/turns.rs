@@ -85,6 +85,7 @@ impl Worker {
                 created_at: now,
             })
             .await?;
+        let revision = self.state.next_pending_revision().await;
         let message = self
             .state
             .repo
@@ -101,7 +102,12 @@ impl Worker {
             )
             .await?;
         publish::turn_started(&self.state, &turn);
-        publish::message(&self.state, publish::MessageEvent::Added, &message).await;
+        publish::message_written(
+            &self.state,
+            publish::MessageEvent::Added,
+            &message,
+            revision,
+        );
         self.open_turn = Some(turn.id.clone());
         self.stream.break_here();
         if let Err(e) = self.ensure_agent().await {
