@@ -145,6 +145,7 @@ async fn state_change_counts(url: &str, session_statements: &AtomicUsize) {
     // Waiting, with the pending bundle of its last turn: P1 is `clarification`.
     let (session, _) = support::session_with_history(&state.repo, 1).await;
     let mut events = state.hub.subscribe();
+    let reserved_before = state.next_pending_revision().await.sequence;
     let before = session_statements.load(Ordering::SeqCst);
     let moved = set_state(state, &session, SessionState::Running)
         .await
@@ -165,6 +166,15 @@ async fn state_change_counts(url: &str, session_statements: &AtomicUsize) {
     assert_eq!(
         event["session"]["pending_action"], "clarification",
         "{url}: the event carries the P1 its write read: {event}"
+    );
+    // P9: the event's revision was reserved inside the call, between these two.
+    let sequence = event["session"]["pending_action_revision"]["sequence"]
+        .as_u64()
+        .expect("a revision");
+    let reserved_after = state.next_pending_revision().await.sequence;
+    assert!(
+        reserved_before < sequence && sequence < reserved_after,
+        "{url}: {reserved_before} < {sequence} < {reserved_after}"
     );
     let before = session_statements.load(Ordering::SeqCst);
     let same = set_state(state, &session, SessionState::Running)

@@ -2,7 +2,8 @@
 //! (`model::Notification`), built in one place so payloads match docs/api.md.
 
 use crate::model::{
-    Bundle, MessageChange, Notification, PendingActionRevision, PendingSnapshot, Task,
+    Bundle, MessageChange, Notification, PendingAction, PendingActionRevision, PendingSnapshot,
+    Task,
 };
 use crate::server::events::Event;
 use crate::server::repo::{
@@ -83,11 +84,12 @@ pub fn message_written(
     m: &MessageWritten,
     revision: PendingActionRevision,
 ) {
-    let pending = Some(PendingSnapshot {
-        pending_action: m.pending_action,
-        pending_action_revision: revision,
-    });
-    send_message(state, event, &m.message, pending);
+    send_message(
+        state,
+        event,
+        &m.message,
+        as_written(m.pending_action, revision),
+    );
 }
 
 fn send_message(
@@ -141,18 +143,21 @@ pub async fn session_state_changed(state: &AppState, s: &SessionRecord) {
     send(state, Notification::SessionStateChanged { session });
 }
 
-/// The P1 snapshot a session write returned: read by the write's own statement
-/// (`SESSION_COLUMNS`), after `revision` was reserved (P9).
-fn as_written(s: &SessionRecord, revision: PendingActionRevision) -> Option<PendingSnapshot> {
+/// The P1 snapshot a write returned (`SESSION_COLUMNS`, `MESSAGE_WRITTEN`): read by the
+/// write's own statement, after `revision` was reserved (P9).
+fn as_written(
+    pending_action: Option<PendingAction>,
+    revision: PendingActionRevision,
+) -> Option<PendingSnapshot> {
     Some(PendingSnapshot {
-        pending_action: s.pending_action,
+        pending_action,
         pending_action_revision: revision,
     })
 }
 
 /// `session.state_changed` for the session as its write returned it (no second read).
 pub fn session_state_written(state: &AppState, s: &SessionRecord, revision: PendingActionRevision) {
-    let session = session_with(s, &as_written(s, revision));
+    let session = session_with(s, &as_written(s.pending_action, revision));
     send(state, Notification::SessionStateChanged { session });
 }
 
@@ -165,7 +170,7 @@ pub fn session_state_and_message_added(
     m: &MessageRecord,
     revision: PendingActionRevision,
 ) {
-    let pending = as_written(s, revision);
+    let pending = as_written(s.pending_action, revision);
     let session = session_with(s, &pending);
     send(state, Notification::SessionStateChanged { session });
     send(

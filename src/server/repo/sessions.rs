@@ -19,8 +19,9 @@ pub trait SessionStore: Send + Sync {
     async fn list_sessions(&self, task_id: &str) -> RepoResult<Vec<SessionRecord>>;
 
     /// Moves a non-terminal session to `state` if it is in another state; a terminal session
-    /// never moves again (`None`, as when it already is in `state`: nothing was written). Stamps `started_at` on the first start and `completed_at` on a terminal state;
-    /// a terminal state revokes the MCP token.
+    /// never moves again (`None`, as when it already is in `state`: nothing was written).
+    /// Stamps `started_at` on the first start and `completed_at` on a terminal state; a
+    /// terminal state revokes the MCP token.
     async fn set_session_state(
         &self,
         id: &str,

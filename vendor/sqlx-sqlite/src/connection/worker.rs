@@ -565,7 +565,10 @@ impl Drop for QueuedGuard<'_> {
     }
 }
 
-/// `Command::Execute` on a locked connection; `send` returns false to stop early.
+/// `Command::Execute` on a locked connection, for the inline path; `send` returns false to stop
+/// early. The worker thread's own `Execute` arm is upstream's, left as it is: it sends into a
+/// bounded channel and so resets the statement before a last send that may block; the inline
+/// path's channel is unbounded.
 fn run_execute(
     conn: &mut ConnectionState,
     shared: &WorkerSharedState,
