@@ -1,3 +1,10 @@
+/// Rust's allocations go to mimalloc: with the agents' work on the same threads, glibc's
+/// arena locks cost the server a third of its round-trip rate (B3 980 → 1,360/s;
+/// docs/decisions/0031-mimalloc.md). SQLite's own allocations stay with glibc.
+#[cfg(feature = "ssr")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[cfg(feature = "ssr")]
 fn main() -> std::process::ExitCode {
     limit_malloc_arenas();
@@ -8,11 +15,12 @@ fn main() -> std::process::ExitCode {
         .block_on(serve())
 }
 
-/// glibc gives threads that contend for memory their own malloc arenas (up to eight per core)
-/// and seldom returns their free pages: with 50 agents at work the server's RSS rose to 220 MB
-/// and kept creeping (+11% over 10,000 more round trips); with two arenas it stays ~123 MB and
-/// flat at the same throughput (B6; docs/decisions/0019-malloc-arenas.md). Runs before any
-/// other thread exists; an explicit `MALLOC_ARENA_MAX` in the environment wins.
+/// For what still uses glibc's allocator (SQLite; decision 0031 moved Rust's allocations to
+/// mimalloc): glibc gives threads that contend for memory their own malloc arenas (up to eight per
+/// core) and seldom returns their free pages: with 50 agents at work the server's RSS rose to 220
+/// MB and kept creeping (+11% over 10,000 more round trips); with two arenas it stays ~123 MB and
+/// flat at the same throughput (B6; docs/decisions/0019-malloc-arenas.md). Runs before any other
+/// thread exists; an explicit `MALLOC_ARENA_MAX` in the environment wins.
 #[cfg(feature = "ssr")]
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

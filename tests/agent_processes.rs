@@ -336,3 +336,63 @@ async fn agents_get_a_minimal_environment_and_shutdown_has_a_deadline() {
         asked.elapsed()
     );
 }
+
+/// The server's child processes (every thread's `children`).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.unwrap().path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// Runs `/e2e:clarification` on the real binary with `env`: the agent asks over MCP, is
+/// answered over REST and replies with the answer. Returns the server's child processes
+/// while the agent waits on its question.
+async fn children_while_the_mock_asks(prefix: &str, env: &[(&str, &str)]) -> Vec<u32> {
+    let dir = support::temp_dir(prefix);
+    let url = format!("sqlite:{}", dir.join("t.db").display());
+    let server = BinaryServer::spawn(&url, &dir, &[], env).await;
+    let api = &server.api;
+    let (_, session) = api.start_task("/e2e:clarification").await;
+    let pending_id = api.pending_id(&session).await;
+    let children = children(server.child.id().unwrap());
+    let (status, r) = api
+        .post(
+            &format!("/api/v1/clarifications/{pending_id}/respond"),
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    api.wait_turns_done(&session, 1).await;
+    let lines = api.agent_lines(&session).await;
+    assert!(
+        lines.iter().any(|l| l.contains("SQLite")),
+        "the agent replied with the answer: {lines:?}"
+    );
+    children
+}
+
+/// `--mock-in-process` / `TURNSTILE_MOCK_IN_PROCESS` (benchmarks, demos): profile `mock` runs
+/// inside the server over an in-memory pipe, still asking over MCP and hearing the answer, and
+/// no agent process is started. Without it the same session has its agent as a child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mock_runs_inside_the_server_with_mock_in_process() {
+    assert_eq!(
+        children_while_the_mock_asks("mock-process", &[])
+            .await
+            .len(),
+        1,
+        "without the flag the mock is the server's child"
+    );
+    assert_eq!(
+        children_while_the_mock_asks("mock-in-process", &[("TURNSTILE_MOCK_IN_PROCESS", "1")])
+            .await,
+        Vec::<u32>::new()
+    );
+}

@@ -508,7 +508,7 @@ impl Seq<'_> {
             while events.try_recv().is_ok() {}
         }
         // I4: at the agent, one resume per detached answer once dispatched, none otherwise.
-        let prompts = self.lane.agent.prompts.lock().unwrap().clone();
+        let prompts = self.lane.agent.prompts();
         let turns = repo.list_turns(&self.session).await.unwrap();
         for (pending_id, text) in &self.prompts {
             let delivered = prompts

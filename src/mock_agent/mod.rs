@@ -1,8 +1,9 @@
 //! The bundled mock agent: a deterministic ACP agent that asks questions through the server's
 //! MCP tool like any real agent (docs/api.md "The bundled mock agent"). The `mock_agent`
 //! binary serves it over stdio (stdout is the protocol channel: diagnostics go to stderr);
-//! tests that need thousands of agents run it in process over a pipe ([`InProcess`]), where
-//! "exiting" ends the connection instead of the process.
+//! tests that need thousands of agents, and a server started with `--mock-in-process`, run it
+//! in process over a pipe ([`InProcess`]), where "exiting" ends the connection instead of the
+//! process.
 
 pub mod script;
 
@@ -38,11 +39,36 @@ struct Endpoint {
     token: String,
 }
 
-/// A mock agent running inside the server process (tests): every prompt it receives is
-/// recorded, so a test can count deliveries at the agent (I4).
-#[derive(Clone, Debug, Default)]
+/// A mock agent running inside the server process over an in-memory pipe (still ACP, and MCP
+/// over HTTP): tests, where every prompt it receives is recorded so a test can count
+/// deliveries at the agent (I4), and `--mock-in-process` (benchmarks, demos), where nothing is.
+#[derive(Clone, Debug)]
 pub struct InProcess {
-    pub prompts: Arc<Mutex<Vec<String>>>,
+    prompts: Option<Arc<Mutex<Vec<String>>>>,
+}
+
+impl Default for InProcess {
+    /// Recording every prompt (tests).
+    fn default() -> Self {
+        InProcess {
+            prompts: Some(Arc::default()),
+        }
+    }
+}
+
+impl InProcess {
+    /// Recording nothing: sessions of a long-running server (`--mock-in-process`).
+    pub fn unrecorded() -> Self {
+        InProcess { prompts: None }
+    }
+
+    /// The prompts received so far, in order (empty when unrecorded).
+    pub fn prompts(&self) -> Vec<String> {
+        self.prompts
+            .as_ref()
+            .map(|p| p.lock().unwrap().clone())
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Default)]
@@ -361,8 +387,8 @@ where
                     })
                     .collect();
                 st.cancelled.lock().unwrap().remove(&*req.session_id.0);
-                if let Some(p) = &st.in_process {
-                    p.prompts.lock().unwrap().push(text.clone());
+                if let Some(p) = st.in_process.as_ref().and_then(|p| p.prompts.as_ref()) {
+                    p.lock().unwrap().push(text.clone());
                 }
                 // Steps await the client (MCP answers, permissions): never in the dispatch loop.
                 cx.spawn(async move {

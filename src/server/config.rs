@@ -30,6 +30,11 @@ pub struct Config {
     /// The mock agent binary (default: `mock_agent` next to this binary).
     #[arg(long, env = "TURNSTILE_MOCK_AGENT")]
     pub mock_agent: Option<PathBuf>,
+    /// Run the mock agent (profile `mock`) inside this process over an in-memory pipe instead
+    /// of as a process: still ACP, and MCP over HTTP. For benchmarks and demos with many
+    /// sessions; other profiles are processes as always.
+    #[arg(long, env = "TURNSTILE_MOCK_IN_PROCESS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub mock_in_process: bool,
     /// Another host name this server answers to (repeatable), e.g. a name a reverse proxy
     /// forwards. Loopback names and the bound address are always allowed.
     #[arg(long = "allowed-host", value_name = "HOST")]
@@ -110,7 +115,9 @@ impl Config {
             ask_timeout: std::time::Duration::from_secs(self.ask_timeout.max(1)),
             agent_start_timeout: std::time::Duration::from_secs(self.agent_start_timeout.max(1)),
             max_agents: self.max_agents.max(1),
-            in_process_mock: None,
+            in_process_mock: self
+                .mock_in_process
+                .then(crate::mock_agent::InProcess::unrecorded),
         })
     }
 

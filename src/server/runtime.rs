@@ -33,7 +33,8 @@ pub struct RuntimeConfig {
     pub agent_start_timeout: Duration,
     /// Agent processes that may run at once (idle ones are stopped to make room).
     pub max_agents: usize,
-    /// Tests: the `mock` profile runs the mock agent inside this process, recording prompts.
+    /// The `mock` profile runs the mock agent inside this process (tests, recording prompts;
+    /// `--mock-in-process`, recording nothing).
     pub in_process_mock: Option<crate::mock_agent::InProcess>,
 }
 
