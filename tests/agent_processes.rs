@@ -372,7 +372,9 @@ async fn children_while_the_mock_asks(prefix: &str, env: &[(&str, &str)]) -> Vec
     api.wait_turns_done(&session, 1).await;
     let lines = api.agent_lines(&session).await;
     assert!(
-        lines.iter().any(|l| l.contains("SQLite")),
+        lines
+            .iter()
+            .any(|l| l == r#"You answered: {"db":{"selected_option":"sqlite"}}"#),
         "the agent replied with the answer: {lines:?}"
     );
     children
