@@ -645,6 +645,7 @@ async fn agent_crash_fails_the_session_with_the_reason(url: String) {
         error["content"].as_str().unwrap().contains("exit"),
         "{error}"
     );
+    the_crashed_turn_ends_with_its_reason(&api, &session).await;
     // The server keeps running, and a failed session takes no prompts.
     assert_eq!(api.get("/healthz").await.0, 200);
     assert_eq!(
@@ -675,6 +676,54 @@ async fn agent_crash_fails_the_session_with_the_reason(url: String) {
         |v| v["sessions"][0]["state"] == "failed",
     )
     .await;
+    server.stop().await;
+}
+
+/// A crashed agent never answered its prompt: its turn stays open until the crash is handled,
+/// which writes the reason into it and then completes it (never "completed, then a reason").
+async fn the_crashed_turn_ends_with_its_reason(api: &Api, session: &str) {
+    let at = |v: &Value| {
+        chrono::DateTime::parse_from_rfc3339(v.as_str().expect("a timestamp")).expect("RFC 3339")
+    };
+    let messages = api.messages(session).await;
+    let error = messages
+        .iter()
+        .rfind(|m| m["kind"] == "error")
+        .expect("the reason");
+    let (_, turns) = api.get(&format!("/api/v1/sessions/{session}/turns")).await;
+    let turn = turns["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == error["turn_id"])
+        .expect("the reason's turn");
+    assert!(
+        at(&turn["completed_at"]) >= at(&error["created_at"]),
+        "the turn completed before its reason was written: {turn} {messages:#?}"
+    );
+}
+
+/// The mock running inside the server (`--mock-in-process`, the service model) crashes the way
+/// the process does: `e2e:exit` ends the connection and the prompt is never answered — it
+/// used to answer `end_turn` first, so the turn completed and the reason landed in it later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_crash_is_a_crash_not_an_answered_prompt() {
+    let server = TestServer::start_with(&support::sqlite_url(), |r| {
+        r.in_process_mock = Some(turnstile::mock_agent::InProcess::default());
+    })
+    .await;
+    let api = Api::new(&server.base);
+    // The wrong order won the race in 99 runs of 100; a few runs make a regression certain.
+    for _ in 0..5 {
+        let (task, session) = api.start_task("e2e:exit(3)").await;
+        api.wait_for(
+            &format!("/api/v1/tasks/{task}/sessions"),
+            "a failed session",
+            |v| v["sessions"][0]["state"] == "failed",
+        )
+        .await;
+        the_crashed_turn_ends_with_its_reason(&api, &session).await;
+    }
     server.stop().await;
 }
 

@@ -307,8 +307,10 @@ impl Seq<'_> {
         if let Some(before) = counts_before {
             let after = table_counts(&self.lane.url).await;
             if after != before {
+                let messages = self.api().messages(&self.session).await;
+                let last = &messages[messages.len().saturating_sub(3)..];
                 self.fail(&format!(
-                    "I5: a 409 wrote something: {pending_id} ({status}) rows {before:?} → {after:?}: {results:?}"
+                    "I5: a 409 wrote something: {pending_id} ({status}) rows {before:?} → {after:?}: {results:?}; the session's last messages: {last:#?}"
                 ));
             }
         }

@@ -81,6 +81,8 @@ struct MockState {
     endpoints: Mutex<HashMap<String, Endpoint>>,
     clients: tokio::sync::Mutex<HashMap<String, McpClient>>,
     cancelled: Mutex<HashSet<String>>,
+    /// Prompts a crash in process left unanswered (as a dead process would).
+    unanswered: Mutex<Vec<v1::Responder<PromptResponse>>>,
     /// Wakes a running `e2e:delay` when a cancel arrives (ACP: stop as soon as possible).
     cancel_signal: tokio::sync::Notify,
 }
@@ -392,7 +394,15 @@ where
                 }
                 // Steps await the client (MCP answers, permissions): never in the dispatch loop.
                 cx.spawn(async move {
-                    let stop = run_prompt(st, conn, req.session_id.clone(), text).await;
+                    let stop = run_prompt(st.clone(), conn, req.session_id.clone(), text).await;
+                    if st.exit.is_cancelled() {
+                        // Crashed in process: like the process, it never answers — the client
+                        // sees the connection end, not an `end_turn` (nor the error a dropped
+                        // responder sends). The connection is gone; the responder is parked
+                        // with the state, which goes with it.
+                        st.unanswered.lock().unwrap().push(responder);
+                        return Ok(());
+                    }
                     if let Err(e) = responder.respond(PromptResponse::new(stop)) {
                         eprintln!("mock agent: prompt reply failed: {e:?}");
                     }
