@@ -33,6 +33,7 @@ mod on_postgres {
         p10_a_question_on_one_server_reaches_the_clients_of_another_and_clears,
         p9_revisions_of_two_servers_order_by_time_not_by_server,
         p10_an_event_too_large_for_notify_travels_through_the_spill_table,
+        p10_a_burst_of_events_reaches_the_other_server_complete_and_in_order,
         p10_a_lost_listener_reconnects_and_its_clients_resync,
         i3_an_answer_given_on_another_server_reaches_the_waiting_agent_once,
         l13_concurrent_responders_on_three_servers_claim_once,
@@ -197,6 +198,36 @@ async fn p10_an_event_too_large_for_notify_travels_through_the_spill_table(url: 
     })
     .await;
     assert_eq!(added["payload"]["message"]["session_id"], session.as_str());
+    b.stop().await;
+    a.stop().await;
+}
+
+/// P10: a burst of events — pairs of identical ones (`NOTIFY` keeps one of two identical
+/// payloads sent in one transaction), and now and then one too large for `NOTIFY` — reaches
+/// another server complete and in publication order.
+async fn p10_a_burst_of_events_reaches_the_other_server_complete_and_in_order(url: String) {
+    const BURST: usize = 500;
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
+    let mut on_b = b.state.hub.subscribe();
+    let payload = |i: usize| {
+        if i.is_multiple_of(97) {
+            json!({ "n": i, "pad": "x".repeat(9_000) })
+        } else {
+            json!({ "n": i / 2 })
+        }
+    };
+    for i in 0..BURST {
+        a.state.hub.publish(turnstile::server::events::Event::new(
+            "test.burst",
+            payload(i),
+        ));
+    }
+    for i in 0..BURST {
+        let e = support::next_event(&mut on_b, |e| e.action == "test.burst").await;
+        assert!(e.remote, "relayed from server a");
+        assert_eq!(*e.payload, payload(i), "event {i} of the burst");
+    }
     b.stop().await;
     a.stop().await;
 }
