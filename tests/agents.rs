@@ -708,10 +708,7 @@ async fn the_crashed_turn_ends_with_its_reason(api: &Api, session: &str) {
 /// used to answer `end_turn` first, so the turn completed and the reason landed in it later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_process_crash_is_a_crash_not_an_answered_prompt() {
-    let server = TestServer::start_with(&support::sqlite_url(), |r| {
-        r.in_process_mock = Some(turnstile::mock_agent::InProcess::default());
-    })
-    .await;
+    let server = TestServer::start_in_process(&support::sqlite_url()).await;
     let api = Api::new(&server.base);
     // The wrong order won the race in 99 runs of 100; a few runs make a regression certain.
     for _ in 0..5 {

@@ -95,10 +95,7 @@ async fn b3_a_round_trip_stays_within_its_statement_budget() {
 /// answer to question `WARM + COUNTED` (so `COUNTED` whole round trips: answer → the agent has
 /// it → its next question is written and published) are counted and averaged.
 async fn round_trips(url: &str, log: &Log) -> f64 {
-    let server = TestServer::start_with(url, |r| {
-        r.in_process_mock = Some(turnstile::mock_agent::InProcess::default());
-    })
-    .await;
+    let server = TestServer::start_in_process(url).await;
     let api = Api::new(&server.base);
     let mut events = server.state.hub.subscribe();
     let ask = r#"e2e:ask({"questions": [{"id": "q", "prompt": "Go on?", "options": [{"id": "y", "label": "Yes"}, {"id": "n", "label": "No"}]}]})"#;

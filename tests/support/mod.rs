@@ -156,6 +156,14 @@ impl TestServer {
     }
 
     /// Starts with the runtime configuration adjusted by `tune` (timeouts, keepalive).
+    /// A server whose `mock` profile runs inside the test process, recording its prompts.
+    pub async fn start_in_process(database_url: &str) -> TestServer {
+        Self::start_with(database_url, |r| {
+            r.in_process_mock = Some(turnstile::mock_agent::InProcess::default());
+        })
+        .await
+    }
+
     pub async fn start_with(
         database_url: &str,
         tune: impl FnOnce(&mut turnstile::server::runtime::RuntimeConfig),

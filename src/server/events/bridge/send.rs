@@ -24,9 +24,6 @@ pub(super) async fn notify(pool: &PgPool, body: &str) -> Result<(), sqlx::Error>
 /// Notifies each of `texts` (each within `INLINE_LIMIT`), in order, in one statement: one
 /// transaction, so the bodies must differ (`NOTIFY` keeps one of identical payloads).
 pub(super) async fn notify_all(pool: &PgPool, texts: &[String]) -> Result<(), sqlx::Error> {
-    if let [text] = texts {
-        return notify(pool, text).await;
-    }
     // A function scan over the array yields its elements in order, and each row's `pg_notify`
     // runs as the row is produced.
     sqlx::query("SELECT pg_notify($1, b) FROM unnest($2::text[]) AS t(b)")
@@ -93,21 +90,21 @@ async fn send_texts(
     texts: &[String],
     spilled: &mut u64,
 ) -> Result<(), sqlx::Error> {
-    let mut run: Vec<String> = Vec::new();
-    for text in texts {
+    // `texts[start..i]` is the run not sent yet.
+    let mut start = 0;
+    for (i, text) in texts.iter().enumerate() {
         let inline = text.len() <= INLINE_LIMIT;
-        if !run.is_empty() && (!inline || run.contains(text)) {
-            notify_all(pool, &run).await?;
-            run.clear();
+        if start < i && (!inline || texts[start..i].contains(text)) {
+            notify_all(pool, &texts[start..i]).await?;
+            start = i;
         }
-        if inline {
-            run.push(text.clone());
-        } else {
+        if !inline {
             send_text(pool, origin, text, spilled).await?;
+            start = i + 1;
         }
     }
-    if !run.is_empty() {
-        notify_all(pool, &run).await?;
+    if start < texts.len() {
+        notify_all(pool, &texts[start..]).await?;
     }
     Ok(())
 }
