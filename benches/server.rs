@@ -17,6 +17,7 @@
 //!     cargo bench --bench server                # N = 10,000 tasks, K = 500 clients
 //!     cargo bench --bench server -- --quick     # N = 2,000
 //!     … -- --json target/bench/server.json
+//!     … -- --b3-only                        # B3 with the agents in process, nothing else
 
 mod common;
 
@@ -41,6 +42,21 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// CPU time (user + system) process `pid` has used so far (`"self"` for this one).
+fn cpu_time(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces): state is the 3rd field, utime
+    // and stime the 14th and 15th, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|t| t.parse::<u64>().ok())
+        .sum();
+    Duration::from_millis(ticks * 10)
 }
 
 /// VmRSS of process `pid` in KB (`None` once it is gone).
@@ -372,13 +388,14 @@ enum Answers {
 /// order, spec/api.md), so the agent's next question is the sign that it received the answer:
 /// a round trip is the time from sending an answer to the next question of the same session
 /// (the answer reaching the agent, the agent asking, the question reaching the listener).
-/// Returns round trips per second (first question to last) and the sorted times.
+/// Returns round trips per second (first question to last), the sorted times and the CPU
+/// each round trip cost the server and this listener.
 async fn asks_in_one_turn(
     server: &Server,
     sessions: usize,
     asks: usize,
     answers: Answers,
-) -> (f64, Vec<Duration>) {
+) -> AskRun {
     use std::collections::HashMap;
     let ws = server.base.replacen("http://", "ws://", 1) + "/ws";
     let (mut socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await.unwrap();
@@ -405,6 +422,9 @@ async fn asks_in_one_turn(
         answered.insert(created["primary_session_id"].as_str().unwrap().into(), None);
     }
     let mut times = Vec::with_capacity(sessions * asks);
+    let server_pid = server.child.id().unwrap().to_string();
+    let cpu_before = (cpu_time(&server_pid), cpu_time("self"));
+    let writer_before = (writer_usage(&client, &server.base).await, Instant::now());
     let (mut first, mut end) = (None::<Instant>, Instant::now());
     let mut next_slot = Instant::now();
     let mut done = 0;
@@ -447,9 +467,145 @@ async fn asks_in_one_turn(
         sessions * (asks - 1),
         "every answer reached its agent"
     );
+    let round_trips = times.len() as u32;
+    let server_cpu = (cpu_time(&server_pid) - cpu_before.0) / round_trips;
+    let client_cpu = (cpu_time("self") - cpu_before.1) / round_trips;
+    let writer = match (writer_before.0, writer_usage(&client, &server.base).await) {
+        (Some((uses0, busy0)), Some((uses1, busy1))) => Some(WriterUse {
+            uses_per_round_trip: (uses1 - uses0) / f64::from(round_trips),
+            busy: (busy1 - busy0) / writer_before.1.elapsed().as_secs_f64(),
+        }),
+        _ => None,
+    };
     let rate = times.len() as f64 / (end - first.unwrap()).as_secs_f64();
     times.sort();
-    (rate, times)
+    AskRun {
+        rate,
+        times,
+        server_cpu,
+        client_cpu,
+        writer,
+    }
+}
+
+/// SQLite's write connection over a run (from `GET /metrics`).
+#[derive(Clone, Copy)]
+struct WriterUse {
+    /// Times it was taken per round trip.
+    uses_per_round_trip: f64,
+    /// The share of the run's time it was taken (writes queue as this nears 1).
+    busy: f64,
+}
+
+/// `(uses, busy seconds)` of SQLite's write connection so far; `None` on PostgreSQL.
+async fn writer_usage(client: &reqwest::Client, base: &str) -> Option<(f64, f64)> {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+    };
+    Some((
+        value("turnstile_sqlite_writer_uses_total")?,
+        value("turnstile_sqlite_writer_busy_seconds_total")?,
+    ))
+}
+
+/// One run of [`asks_in_one_turn`].
+struct AskRun {
+    /// Round trips per second, first question to last.
+    rate: f64,
+    /// Each round trip's time, sorted.
+    times: Vec<Duration>,
+    /// CPU time of the server process per round trip (the sessions' creation included).
+    server_cpu: Duration,
+    /// CPU time of this listener per round trip: it shares the machine's cores with the server.
+    client_cpu: Duration,
+    /// SQLite's write connection over the run.
+    writer: Option<WriterUse>,
+}
+
+/// B3 proper, on SQLite and PostgreSQL: the agents in the server process (the issue's
+/// "in-process ACP agents": ACP over an in-memory pipe, MCP over HTTP), each on a fresh
+/// database. Capacity with every agent always asking; latency with answers paced to the
+/// target rate. Per backend: one agent, 50 at once, 50 paced.
+async fn b3_in_process(asks: usize) -> Vec<(String, AskRun, AskRun, AskRun)> {
+    let mut b3 = Vec::new();
+    for (name, base) in common::backends() {
+        let server = Server::start_with(
+            &common::fresh_database(&base, "b3").await,
+            &["--mock-in-process"],
+        )
+        .await;
+        server.touch().await;
+        let one = asks_in_one_turn(&server, 1, asks, Answers::AtOnce).await;
+        let at_once = asks_in_one_turn(&server, 50, asks, Answers::AtOnce).await;
+        let paced = asks_in_one_turn(&server, 50, asks, Answers::Paced(PACED)).await;
+        b3.push((name, one, at_once, paced));
+    }
+    b3
+}
+
+fn print_b3(b3: &[(String, AskRun, AskRun, AskRun)], asks: usize) {
+    for (name, one, at_once, paced) in b3 {
+        let (rt, cpu) = (&at_once.times, at_once.server_cpu.as_secs_f64() * 1e6);
+        let writer = at_once
+            .writer
+            .map(|w| {
+                format!(
+                    "; the write connection taken {:.1}× per round trip, busy {:.0}% of the time",
+                    w.uses_per_round_trip,
+                    w.busy * 100.0
+                )
+            })
+            .unwrap_or_default();
+        println!(
+            "| B3 | {name}: 50 agents in process, answered at once: ask (MCP) → answer (REST) → the agent has it and asks again, {} times in one turn | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms; server CPU {cpu:.0} µs, listener {:.0} µs per round trip{writer} | 1 agent {:.0}/s, p50 {:.1} ms | ≥ 1,000/s |",
+            asks - 1,
+            at_once.rate,
+            pct(rt, 0.5),
+            pct(rt, 0.99),
+            at_once.client_cpu.as_secs_f64() * 1e6,
+            one.rate,
+            pct(&one.times, 0.5)
+        );
+        println!(
+            "| B3 | {name}: the same, answers paced to {PACED:.0}/s across the 50 | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms | at once p99 {:.1} ms | p99 < 20 ms at {PACED:.0}/s |",
+            paced.rate,
+            pct(&paced.times, 0.5),
+            pct(&paced.times, 0.99),
+            pct(rt, 0.99)
+        );
+    }
+}
+
+fn b3_results(results: &mut Value, b3: &[(String, AskRun, AskRun, AskRun)], asks: usize) {
+    results["B3"] = json!({});
+    for (name, one, at_once, paced) in b3 {
+        let (rate, rt) = (at_once.rate, &at_once.times);
+        results["B3"][name.as_str()] = json!({
+            "agents": 50, "agents_run": "in process", "asks_per_agent": asks,
+            "per_second": rate, "p50_ms": pct(rt, 0.5), "p99_ms": pct(rt, 0.99),
+            "server_cpu_us_per_round_trip": at_once.server_cpu.as_secs_f64() * 1e6,
+            "listener_cpu_us_per_round_trip": at_once.client_cpu.as_secs_f64() * 1e6,
+            "writer": at_once.writer.map(|w| json!({
+                "uses_per_round_trip": w.uses_per_round_trip, "busy_share": w.busy,
+            })),
+            "one_agent_per_second": one.rate, "one_agent_p50_ms": pct(&one.times, 0.5),
+            "paced": {
+                "offered_per_second": PACED, "per_second": paced.rate,
+                "p50_ms": pct(&paced.times, 0.5), "p99_ms": pct(&paced.times, 0.99),
+            },
+            // Capacity, and the latency at the target rate (which the paced run must sustain).
+            "pass": rate >= PACED && paced.rate >= 0.95 * PACED && pct(&paced.times, 0.99) < 20.0,
+        });
+    }
 }
 
 fn pct(d: &[Duration], p: f64) -> f64 {
@@ -461,6 +617,19 @@ async fn main() {
     let Some(args) = common::args("server") else {
         return;
     };
+    // As many asks in quick mode as in a full run: ten asks per agent measured about one
+    // second of round trips, too short to tell one binary from another on a shared machine.
+    let asks = 41;
+    // `--b3-only`: B3 in process alone, to compare two server binaries quickly.
+    if std::env::args().any(|a| a == "--b3-only") {
+        let b3 = b3_in_process(asks).await;
+        print_b3(&b3, asks);
+        let mut results = json!({});
+        b3_results(&mut results, &b3, asks);
+        args.write_json(&results);
+        common::clean_up().await;
+        return;
+    }
     let tasks = if args.quick { 2_000 } else { 10_000 };
 
     // B6 baseline: an empty database.
@@ -504,28 +673,10 @@ async fn main() {
     let more_rounds = if args.quick { 20 } else { 200 };
     let _ = round_trips(&server, Sessions::Again(sessions), more_rounds).await;
     let after_rss = server.rss_kb();
-    // As many asks in quick mode as in a full run: ten asks per agent measured about one
-    // second of round trips, too short to tell one binary from another on a shared machine.
-    let asks = 41;
-    let (proc_rate, proc_rt) = asks_in_one_turn(&server, 50, asks, Answers::AtOnce).await;
+    let processes = asks_in_one_turn(&server, 50, asks, Answers::AtOnce).await;
+    let (proc_rate, proc_rt) = (processes.rate, &processes.times);
     drop(server);
-    // B3 proper, on SQLite and PostgreSQL: the agents in the server process (the issue's
-    // "in-process ACP agents": ACP over an in-memory pipe, MCP over HTTP), each on a fresh
-    // database. Capacity with every agent always asking; latency with answers paced to the
-    // target rate.
-    let mut b3 = Vec::new();
-    for (name, base) in common::backends() {
-        let server = Server::start_with(
-            &common::fresh_database(&base, "b3").await,
-            &["--mock-in-process"],
-        )
-        .await;
-        server.touch().await;
-        let one = asks_in_one_turn(&server, 1, asks, Answers::AtOnce).await;
-        let at_once = asks_in_one_turn(&server, 50, asks, Answers::AtOnce).await;
-        let paced = asks_in_one_turn(&server, 50, asks, Answers::Paced(PACED)).await;
-        b3.push((name, one, at_once, paced));
-    }
+    let b3 = b3_in_process(asks).await;
 
     let mb = |kb: u64| kb as f64 / 1024.0;
     println!("| id | what | measured | baseline | target |");
@@ -543,26 +694,12 @@ async fn main() {
         pct(&many_req, 0.99),
         pct(&one_req, 0.5)
     );
-    for (name, (one_rate, one), (rate, rt), (paced_rate, paced)) in &b3 {
-        println!(
-            "| B3 | {name}: 50 agents in process, answered at once: ask (MCP) → answer (REST) → the agent has it and asks again, {} times in one turn | {rate:.0}/s, p50 {:.1} ms, p99 {:.1} ms | 1 agent {one_rate:.0}/s, p50 {:.1} ms | ≥ 1,000/s |",
-            asks - 1,
-            pct(rt, 0.5),
-            pct(rt, 0.99),
-            pct(one, 0.5)
-        );
-        println!(
-            "| B3 | {name}: the same, answers paced to {PACED:.0}/s across the 50 | {paced_rate:.0}/s, p50 {:.1} ms, p99 {:.1} ms | at once p99 {:.1} ms | p99 < 20 ms at {PACED:.0}/s |",
-            pct(paced, 0.5),
-            pct(paced, 0.99),
-            pct(rt, 0.99)
-        );
-    }
+    print_b3(&b3, asks);
     println!(
         "| B3 | sqlite: 50 agents as processes, answered at once, {} asks in one turn | {proc_rate:.0}/s, p50 {:.1} ms, p99 {:.1} ms | — | — |",
         asks - 1,
-        pct(&proc_rt, 0.5),
-        pct(&proc_rt, 0.99)
+        pct(proc_rt, 0.5),
+        pct(proc_rt, 0.99)
     );
     println!(
         "| B3 | sqlite: 50 agents as processes, ask → answer → agent finishes its turn, {rounds} rounds each | {rate:.0}/s, p50 {:.1} ms, p99 {:.1} ms | 1 agent {one_rate:.0}/s, p50 {:.1} ms | — |",
@@ -602,22 +739,9 @@ async fn main() {
                 && mb(after_rss) <= mb(warm_rss) * 1.1,
         }},
     });
-    results["B3"] = json!({});
-    for (name, (one_rate, one), (rate, rt), (paced_rate, paced)) in &b3 {
-        results["B3"][name.as_str()] = json!({
-            "agents": 50, "agents_run": "in process", "asks_per_agent": asks,
-            "per_second": rate, "p50_ms": pct(rt, 0.5), "p99_ms": pct(rt, 0.99),
-            "one_agent_per_second": one_rate, "one_agent_p50_ms": pct(one, 0.5),
-            "paced": {
-                "offered_per_second": PACED, "per_second": paced_rate,
-                "p50_ms": pct(paced, 0.5), "p99_ms": pct(paced, 0.99),
-            },
-            // Capacity, and the latency at the target rate (which the paced run must sustain).
-            "pass": *rate >= PACED && *paced_rate >= 0.95 * PACED && pct(paced, 0.99) < 20.0,
-        });
-    }
+    b3_results(&mut results, &b3, asks);
     results["B3"]["sqlite"]["agents_as_processes"] = json!({
-        "per_second": proc_rate, "p50_ms": pct(&proc_rt, 0.5), "p99_ms": pct(&proc_rt, 0.99),
+        "per_second": proc_rate, "p50_ms": pct(proc_rt, 0.5), "p99_ms": pct(proc_rt, 0.99),
         "whole_turns": {
             "rounds": rounds, "per_second": rate, "p50_ms": pct(&rt, 0.5), "p99_ms": pct(&rt, 0.99),
             "one_agent_per_second": one_rate, "one_agent_p50_ms": pct(&one_rt, 0.5),

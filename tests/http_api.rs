@@ -11,6 +11,7 @@ both_http!(
     tasks_are_created_listed_and_read,
     bad_task_input_gets_a_clear_error_and_writes_nothing,
     p9_epoch_grows_across_restarts,
+    metrics_show_how_busy_sqlites_write_connection_is,
 );
 
 /// I8 with group commit (decision 0024): on SQLite a commit does not wait for the disk; a
@@ -37,6 +38,64 @@ async fn i8_a_write_is_acknowledged_only_once_it_is_on_disk() {
     assert!(
         synced > before,
         "answered before the insert was on disk: {before} then {committed}/{synced}"
+    );
+    server.stop().await;
+}
+
+/// `GET /metrics` on SQLite counts the uses of the one write connection and the time it was
+/// taken (how close writing is to queueing, B3); a write request moves both. PostgreSQL has a
+/// pool of writers: no such lines.
+async fn metrics_show_how_busy_sqlites_write_connection_is(url: String) {
+    let server = TestServer::start(&url).await;
+    let client = reqwest::Client::new();
+    let metric = |text: &str, name: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .map(|v| v.parse().unwrap())
+    };
+    let read = || async {
+        let r = client.get(server.url("/metrics")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.text().await.unwrap()
+    };
+    let before = read().await;
+    let r = client
+        .post(server.url("/api/v1/tasks"))
+        .json(&json!({ "title": "counted" }))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let after = read().await;
+    let names = [
+        "turnstile_sqlite_writer_uses_total",
+        "turnstile_sqlite_writer_wait_seconds_total",
+        "turnstile_sqlite_writer_busy_seconds_total",
+    ];
+    if !url.starts_with("sqlite:") {
+        for name in names {
+            assert!(
+                !after.contains(name),
+                "PostgreSQL has no one writer: {after}"
+            );
+        }
+        server.stop().await;
+        return;
+    }
+    let [uses, waited, busy] = names.map(|n| {
+        (
+            metric(&before, n).unwrap_or_else(|| panic!("{n} missing: {before}")),
+            metric(&after, n).unwrap_or_else(|| panic!("{n} missing: {after}")),
+        )
+    });
+    assert!(
+        uses.1 > uses.0,
+        "the task's insert took the writer: {uses:?}"
+    );
+    assert!(busy.1 > busy.0, "and held it for some time: {busy:?}");
+    assert!(
+        waited.1 >= waited.0,
+        "a counter never goes back: {waited:?}"
     );
     server.stop().await;
 }

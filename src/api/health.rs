@@ -24,12 +24,14 @@ pub async fn healthz(
 }
 
 /// Prometheus text: request counts and time, WebSocket clients, active bundles, summary CAS
-/// retries.
+/// retries, SQLite's write connection use.
 pub async fn metrics(
     axum::extract::State(state): axum::extract::State<crate::server::state::AppState>,
 ) -> impl axum::response::IntoResponse {
     let active = crate::server::clarification::read::count_active(&state).await;
-    let mut text = state.metrics.render(active);
+    let mut text = state
+        .metrics
+        .render(active, state.repo.write_connection_usage());
     if let Some(listener) = state.hub.listener() {
         text.push_str(&format!(
             "# HELP turnstile_event_listener_connected Whether this server receives the other \

@@ -2,6 +2,8 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use crate::server::repo::ConnectionUsage;
+
 #[derive(Default)]
 pub struct Metrics {
     pub http_requests: AtomicU64,
@@ -26,8 +28,9 @@ impl Metrics {
         }
     }
 
-    /// The exposition text; `active_bundles` is read from the repository by the caller.
-    pub fn render(&self, active_bundles: Option<i64>) -> String {
+    /// The exposition text; `active_bundles` and the write connection's usage (SQLite) are
+    /// read from the repository by the caller.
+    pub fn render(&self, active_bundles: Option<i64>, writer: Option<ConnectionUsage>) -> String {
         let mut out = String::new();
         let mut metric = |name: &str, kind: &str, help: &str, value: String| {
             out.push_str(&format!(
@@ -87,6 +90,27 @@ impl Metrics {
                 "gauge",
                 "Active clarification bundles (L2).",
                 n.to_string(),
+            );
+        }
+        if let Some(w) = writer {
+            let seconds = |micros: u64| format!("{:.6}", micros as f64 / 1e6);
+            metric(
+                "turnstile_sqlite_writer_uses_total",
+                "counter",
+                "Times SQLite's one write connection was taken (a statement or a transaction).",
+                w.lent.to_string(),
+            );
+            metric(
+                "turnstile_sqlite_writer_wait_seconds_total",
+                "counter",
+                "Time spent waiting for SQLite's write connection.",
+                seconds(w.waited_micros),
+            );
+            metric(
+                "turnstile_sqlite_writer_busy_seconds_total",
+                "counter",
+                "Time SQLite's write connection was taken; near the elapsed time, writes queue.",
+                seconds(w.held_micros),
             );
         }
         out

@@ -14,7 +14,7 @@ use crate::server::repo::{
     Backend, NewAgentProfile, NewWorkflow, NewWorkflowStep, RepoResult, Repository,
 };
 use crate::server::runtime::{Runtime, RuntimeConfig};
-use crate::server::state::AppState;
+use crate::server::state::{AppState, Shared};
 use crate::server::summary::{projector, reconcile};
 use crate::server::time::Clock;
 
@@ -92,7 +92,7 @@ pub async fn build_state(
         shutdown.clone(),
     )
     .await?;
-    let state = AppState {
+    let state = AppState::new(Shared {
         leptos_options,
         repo,
         hub,
@@ -103,7 +103,7 @@ pub async fn build_state(
         runtime: Arc::new(Runtime::new(runtime)),
         metrics: Arc::default(),
         shutdown,
-    };
+    });
     let completed =
         recovery::recover_sessions_except(state.repo.as_ref(), state.clock.now(), &keep).await?;
     spawn_heartbeat(&state);

@@ -11,9 +11,34 @@ use crate::server::repo::Repository;
 use crate::server::runtime::Runtime;
 use crate::server::time::Clock;
 
-/// Everything a request handler or service needs; cheap to clone.
-#[derive(Clone, FromRef)]
-pub struct AppState {
+/// Everything a request handler or service needs; cheap to clone: one reference count (axum's
+/// `from_fn_with_state` layers clone it for every request, several times).
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The pages' renderer takes the options from the state (leptos_axum).
+impl FromRef<AppState> for LeptosOptions {
+    fn from_ref(state: &AppState) -> Self {
+        state.leptos_options.clone()
+    }
+}
+
+/// What [`AppState`] shares.
+pub struct Shared {
     pub leptos_options: LeptosOptions,
     pub repo: Arc<dyn Repository>,
     pub hub: Arc<dyn EventHub>,
@@ -28,7 +53,7 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
 }
 
-impl AppState {
+impl Shared {
     /// I8: returns once everything committed before the call is on disk (group commit on
     /// SQLite, decision 0024); call it before acknowledging anything.
     pub async fn durable(&self) -> crate::server::repo::RepoResult<()> {

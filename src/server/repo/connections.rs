@@ -11,6 +11,8 @@
 //! drop, at once, in the order callers asked (a fair semaphore).
 
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Database, Pool};
@@ -30,6 +32,30 @@ pub(super) struct ConnectionSet<DB: Database> {
     idle: std::sync::Mutex<Vec<DB::Connection>>,
     permits: tokio::sync::Semaphore,
     options: <DB::Connection as Connection>::Options,
+    usage: Counters,
+}
+
+/// How a set's connections have been used so far (for `GET /metrics`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionUsage {
+    /// Times a connection was lent.
+    pub lent: u64,
+    /// Time callers waited for a connection, in microseconds.
+    pub waited_micros: u64,
+    /// Time connections were lent out, in microseconds: for SQLite's one write connection,
+    /// how busy the database's writing is (its queue grows as this nears the elapsed time).
+    pub held_micros: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    lent: AtomicU64,
+    waited_micros: AtomicU64,
+    held_micros: AtomicU64,
+}
+
+fn micros_since(at: Instant) -> u64 {
+    u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 impl<DB: Database> ConnectionSet<DB> {
@@ -43,6 +69,15 @@ impl<DB: Database> ConnectionSet<DB> {
             idle: std::sync::Mutex::new(open),
             permits: tokio::sync::Semaphore::new(limit),
             options,
+            usage: Counters::default(),
+        }
+    }
+
+    pub(super) fn usage(&self) -> ConnectionUsage {
+        ConnectionUsage {
+            lent: self.usage.lent.load(Ordering::Relaxed),
+            waited_micros: self.usage.waited_micros.load(Ordering::Relaxed),
+            held_micros: self.usage.held_micros.load(Ordering::Relaxed),
         }
     }
 }
@@ -53,6 +88,7 @@ impl<DB: Database> Connections<DB> {
         match self {
             Connections::Pooled(pool) => Ok(Conn::Pooled(pool.acquire().await?)),
             Connections::Own(set) => {
+                let asked = Instant::now();
                 let permit = set
                     .permits
                     .acquire()
@@ -63,12 +99,25 @@ impl<DB: Database> Connections<DB> {
                     Some(conn) => conn,
                     None => set.options.connect().await?,
                 };
+                set.usage.lent.fetch_add(1, Ordering::Relaxed);
+                set.usage
+                    .waited_micros
+                    .fetch_add(micros_since(asked), Ordering::Relaxed);
                 Ok(Conn::Lent(Lent {
                     conn: Some(conn),
                     set,
+                    since: Instant::now(),
                     _permit: permit,
                 }))
             }
+        }
+    }
+
+    /// The usage of a set of this process's own connections (`None` for a pool).
+    pub(super) fn usage(&self) -> Option<ConnectionUsage> {
+        match self {
+            Connections::Own(set) => Some(set.usage()),
+            Connections::Pooled(_) => None,
         }
     }
 
@@ -85,11 +134,16 @@ impl<DB: Database> Connections<DB> {
 pub(super) struct Lent<'a, DB: Database> {
     conn: Option<DB::Connection>,
     set: &'a ConnectionSet<DB>,
+    since: Instant,
     _permit: tokio::sync::SemaphorePermit<'a>,
 }
 
 impl<DB: Database> Drop for Lent<'_, DB> {
     fn drop(&mut self) {
+        self.set
+            .usage
+            .held_micros
+            .fetch_add(micros_since(self.since), Ordering::Relaxed);
         if let Some(conn) = self.conn.take() {
             self.set.idle.lock().expect("poisoned").push(conn);
         }

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use authority_store::{AuthorityStore, TaskSession};
+pub use connections::ConnectionUsage;
 pub use outbox::OutboxStore;
 pub use postgres::PostgresRepository;
 pub use profiles::ProfileStore;
@@ -309,4 +310,7 @@ pub trait Repository:
     async fn durable(&self) -> RepoResult<()>;
     /// SQLite: commits made by the write connection and commits known to be on disk (tests).
     fn commit_counts(&self) -> Option<(u64, u64)>;
+    /// SQLite (a database file): how the one write connection has been used — lent, waited
+    /// for, held (`GET /metrics`). `None` on PostgreSQL and in-memory SQLite (pools).
+    fn write_connection_usage(&self) -> Option<ConnectionUsage>;
 }

@@ -18,7 +18,7 @@
 
 use sqlx::{Database, IntoArguments, Pool};
 
-use super::connections::{Conn, Connections, Tx};
+use super::connections::{Conn, ConnectionUsage, Connections, Tx};
 
 use super::{
     AuthorityStore, Backend, OutboxStore, ProfileStore, QuestionRow, QuestionStore, RepoError,
@@ -316,6 +316,10 @@ where
 
     fn commit_counts(&self) -> Option<(u64, u64)> {
         self.durability.as_ref().map(|wal| wal.counts())
+    }
+
+    fn write_connection_usage(&self) -> Option<ConnectionUsage> {
+        self.writes.usage()
     }
 }
 
