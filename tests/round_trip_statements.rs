@@ -20,6 +20,11 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 /// event bridge's `NOTIFY`s, batched per burst; 39.3–40.0 with one `NOTIFY` per event). The
 /// margin covers the projector coalescing more or fewer refreshes from run to run.
 const BUDGET: [(&str, f64); 2] = [("sqlite", 25.0), ("postgres", 42.0)];
+/// Times SQLite's one write connection is taken per round trip, at most (`GET /metrics`'
+/// `turnstile_sqlite_writer_uses_total`): each use waits for every write queued before it.
+/// Measured (sixteenth session): 7.00–7.05; 8.15–8.70 before a live answer's delivery
+/// record and its session's return to `running` were one transaction.
+const SQLITE_WRITER_USES: f64 = 7.5;
 /// Round trips before the count starts (the session, agent and caches warm up) and counted.
 const WARM: usize = 5;
 const COUNTED: usize = 20;
@@ -75,13 +80,21 @@ async fn b3_a_round_trip_stays_within_its_statement_budget() {
         ("postgres", support::postgres_url().await),
     ] {
         let Some(url) = url else { continue };
-        let per_round_trip = round_trips(&url, &log).await;
+        let (per_round_trip, writer_uses) = round_trips(&url, &log).await;
         let budget = BUDGET.iter().find(|b| b.0 == db).expect("a budget").1;
         println!("{db}: {per_round_trip:.2} statements per round trip");
         assert!(
             per_round_trip <= budget,
             "{db}: {per_round_trip:.2} statements per round trip, budget {budget}"
         );
+        if let Some(uses) = writer_uses {
+            println!("{db}: the write connection taken {uses:.2} times per round trip");
+            assert!(
+                uses <= SQLITE_WRITER_USES,
+                "{db}: the write connection taken {uses:.2} times per round trip, budget \
+                 {SQLITE_WRITER_USES}"
+            );
+        }
         ran.push(db);
     }
     support::count_story("sqlite");
@@ -93,14 +106,16 @@ async fn b3_a_round_trip_stays_within_its_statement_budget() {
 /// One in-process agent asks `WARM + COUNTED + 1` questions in one turn, each answered over REST
 /// as soon as its event arrives; the statements between the answer to question `WARM` and the
 /// answer to question `WARM + COUNTED` (so `COUNTED` whole round trips: answer → the agent has
-/// it → its next question is written and published) are counted and averaged.
-async fn round_trips(url: &str, log: &Log) -> f64 {
+/// it → its next question is written and published) are counted and averaged; so are the uses
+/// of SQLite's write connection (`None` on PostgreSQL).
+async fn round_trips(url: &str, log: &Log) -> (f64, Option<f64>) {
     let server = TestServer::start_in_process(url).await;
     let api = Api::new(&server.base);
     let mut events = server.state.hub.subscribe();
     let ask = r#"e2e:ask({"questions": [{"id": "q", "prompt": "Go on?", "options": [{"id": "y", "label": "Yes"}, {"id": "n", "label": "No"}]}]})"#;
     let script = vec![ask; WARM + COUNTED + 1].join("\n");
     let (_task, session) = api.start_task(&script).await;
+    let mut writer_before = None;
     for n in 0..=WARM + COUNTED {
         let e = next_event(&mut events, |e| {
             e.session_id.as_deref() == Some(session.as_str())
@@ -113,6 +128,7 @@ async fn round_trips(url: &str, log: &Log) -> f64 {
             .to_string();
         if n == WARM {
             *log.0.lock().unwrap() = Some(BTreeMap::new());
+            writer_before = server.state.repo.write_connection_usage();
         }
         if n == WARM + COUNTED {
             break;
@@ -126,9 +142,15 @@ async fn round_trips(url: &str, log: &Log) -> f64 {
         assert_eq!(status, 200, "{body}");
     }
     let counts = log.0.lock().unwrap().take().expect("counting");
+    let writer_uses = writer_before
+        .zip(server.state.repo.write_connection_usage())
+        .map(|(before, after)| (after.lent - before.lent) as f64 / COUNTED as f64);
     server.stop().await;
     for (statement, n) in &counts {
         println!("{:6.2}  {statement}", *n as f64 / COUNTED as f64);
     }
-    counts.values().sum::<usize>() as f64 / COUNTED as f64
+    (
+        counts.values().sum::<usize>() as f64 / COUNTED as f64,
+        writer_uses,
+    )
 }

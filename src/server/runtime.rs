@@ -94,8 +94,12 @@ impl<T> Slots<T> {
 /// registers again and keeps waiting.
 #[derive(Debug)]
 pub enum WaiterMsg {
-    /// L15: the answer (or the rejection).
-    Answer(Response),
+    /// L15: the answer (or the rejection); `session_running`: the responder already moved
+    /// the session back to `running` with the delivery (and published it).
+    Answer {
+        response: Response,
+        session_running: bool,
+    },
     /// The wait is over without an answer: an identical call took it over (L8), or a newer
     /// turn superseded the question (L5).
     Ended(&'static str),

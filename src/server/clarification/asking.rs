@@ -93,8 +93,10 @@ where
     let stop_reason = loop {
         tokio::select! {
             message = &mut rx => match message {
-                Ok(WaiterMsg::Answer(response)) => {
-                    mark(state, &session.id, SessionState::Running).await;
+                Ok(WaiterMsg::Answer { response, session_running }) => {
+                    if !session_running {
+                        mark(state, &session.id, SessionState::Running).await;
+                    }
                     return AskOutcome::Answered(tool_output(&response));
                 }
                 Ok(WaiterMsg::Ended(reason)) => return AskOutcome::Ended(reason),
@@ -117,9 +119,14 @@ where
     // Exactly one of {respond, cancel, timeout} wins the waiter: if a responder already took
     // it, its answer is in flight and this call still delivers it.
     if state.runtime.waiters.take(&pending_id).is_none()
-        && let Ok(WaiterMsg::Answer(response)) = rx.await
+        && let Ok(WaiterMsg::Answer {
+            response,
+            session_running,
+        }) = rx.await
     {
-        mark(state, &session.id, SessionState::Running).await;
+        if !session_running {
+            mark(state, &session.id, SessionState::Running).await;
+        }
         return AskOutcome::Answered(tool_output(&response));
     }
     match state.repo.detach_bundle(&pending_id).await {

@@ -113,7 +113,11 @@ async fn accept(state: &AppState, pending_id: &str) {
     } else {
         publish::BundleEvent::Answered
     };
-    if waiter.send(WaiterMsg::Answer(response.clone())).is_err() {
+    let answer = WaiterMsg::Answer {
+        response: response.clone(),
+        session_running: false,
+    };
+    if waiter.send(answer).is_err() {
         // The call ended as the answer arrived: it becomes an owed resume here (L17).
         let prompt = resume_prompt(&bundle, &response);
         match state

@@ -156,17 +156,31 @@ pub async fn respond(
     // delivery is recorded before the hand-over, so nothing can fail after the agent has it.
     let mut finalized = false;
     if let Some(waiter) = state.runtime.waiters.take(pending_id) {
+        // P9: reserved before the write whose session row the state event carries.
+        let revision = state.next_pending_revision().await;
         // I8: the agent acts on the answer only once the claim is on disk (decision 0024).
         let delivered = match state.durable().await {
-            Ok(()) => finalize(state, pending_id).await,
+            Ok(()) => record_live_delivery(state, pending_id).await,
             Err(e) => Err(e),
         };
-        if let Err(e) = delivered {
-            drop(waiter); // the call waits on; the question is pending again
-            return Err(undo(state, &record, e.to_string(), Undo::Announce).await);
-        }
+        let running = match delivered {
+            Ok(running) => running,
+            Err(e) => {
+                drop(waiter); // the call waits on; the question is pending again
+                return Err(undo(state, &record, e.to_string(), Undo::Announce).await);
+            }
+        };
         finalized = true;
-        match waiter.send(WaiterMsg::Answer(response)) {
+        // The session runs again with the delivery (what the waiting call did itself before:
+        // one write less per answer, B3).
+        if let Some(session) = &running {
+            publish::session_state_written(state, session, revision);
+        }
+        let answer = WaiterMsg::Answer {
+            response,
+            session_running: true,
+        };
+        match waiter.send(answer) {
             Ok(()) => {
                 // The committed state, without reading it back: the claim returned the row,
                 // the questions were read above, and an answered bundle is not active (L2)
@@ -301,6 +315,19 @@ async fn claim_or_lose(
 async fn finalize(state: &AppState, pending_id: &str) -> Result<(), RepoError> {
     state.hooks.check(Point::Finalize)?;
     state.repo.finalize_delivery(pending_id).await.map(|_| ())
+}
+
+/// [`finalize`] for an answer handed to the waiting call, with its session running again in
+/// the same transaction; the session as moved, if it moved.
+async fn record_live_delivery(
+    state: &AppState,
+    pending_id: &str,
+) -> Result<Option<crate::server::repo::SessionRecord>, RepoError> {
+    state.hooks.check(Point::Finalize)?;
+    state
+        .repo
+        .record_live_delivery(pending_id, state.clock.now())
+        .await
 }
 
 /// Whether an undone claim is announced (restored event and summary refresh), or quietly put

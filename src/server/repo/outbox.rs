@@ -46,6 +46,16 @@ pub trait OutboxStore: Send + Sync {
     async fn ask_in_current_turn(&self, new: &NewAsk, at: Micros)
     -> RepoResult<Option<AskWritten>>;
 
+    /// L15 live delivery, recorded before the waiting call has the answer: the bundle's
+    /// delivery marker is cleared and its session runs again, in one transaction (the bundle
+    /// row first, then the session row: decision 0028's lock order). The session as moved, or
+    /// `None` when it was already running or is terminal.
+    async fn record_live_delivery(
+        &self,
+        pending_id: &str,
+        at: Micros,
+    ) -> RepoResult<Option<SessionRecord>>;
+
     /// L18 acceptance: the answered bundle's resume becomes owed (a turn marked attempted with
     /// its prompt) and its delivery marker is cleared, in one transaction. `None` when the
     /// session is terminal, the bundle is not answered, or a resume is already owed for it.
@@ -199,6 +209,31 @@ where
             message,
             session,
         }))
+    }
+
+    async fn record_live_delivery(
+        &self,
+        pending_id: &str,
+        at: Micros,
+    ) -> RepoResult<Option<SessionRecord>> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query::<DB>(DELIVERY_RECORDED)
+            .bind(pending_id)
+            .execute(&mut *tx)
+            .await?;
+        // What `set_session_state(…, Running)` writes, for the bundle's session.
+        let session = sqlx::query_as::<DB, SessionRecord>(stmt!(
+            "UPDATE sessions SET state = 'running', started_at = COALESCE(started_at, $2) \
+             WHERE id = (SELECT b.session_id FROM clarification_bundles b WHERE b.pending_id = $1) \
+               AND state <> 'running' AND state NOT IN ('completed', 'failed', 'cancelled') \
+             RETURNING {SESSION_COLUMNS}"
+        ))
+        .bind(pending_id)
+        .bind(at)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(session)
     }
 
     async fn owe_resume(
