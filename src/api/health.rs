@@ -2,6 +2,7 @@ use axum::Json;
 use serde_json::{Value, json};
 
 use crate::server::events::ListenerState;
+use crate::server::orchestrator::gauges;
 
 /// 200 `{"status":"ok"}` once the process serves requests: the router only exists after
 /// migrations and start-up reconciliation finished. On PostgreSQL, while the connection that
@@ -28,10 +29,10 @@ pub async fn healthz(
 pub async fn metrics(
     axum::extract::State(state): axum::extract::State<crate::server::state::AppState>,
 ) -> impl axum::response::IntoResponse {
-    let active = crate::server::clarification::read::count_active(&state).await;
+    let active = gauges::active_bundles(&state).await;
     let mut text = state
         .metrics
-        .render(active, state.repo.write_connection_usage());
+        .render(active, gauges::write_connection_usage(&state));
     if let Some(listener) = state.hub.listener() {
         text.push_str(&format!(
             "# HELP turnstile_event_listener_connected Whether this server receives the other \

@@ -20,8 +20,3 @@ pub async fn active_question(
     let active = state.repo.active_bundles(session_id).await?;
     Ok(active.last().map(|b| b.to_dto()))
 }
-
-/// L2 over every session (the `/metrics` gauge); `None` when it cannot be read.
-pub async fn count_active(state: &AppState) -> Option<i64> {
-    state.repo.count_active_bundles().await.ok()
-}

@@ -1,6 +1,7 @@
 //! Sessions, turns, prompts and the prompt queue, the workflow guard, resumes.
 
 pub mod forward;
+pub mod gauges;
 pub mod lease;
 pub mod permissions;
 pub mod profiles;
