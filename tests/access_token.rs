@@ -207,8 +207,8 @@ async fn agents_keep_working_behind_the_token(url: String) {
     let (_, session) = api.start_task("/e2e:clarification").await;
     let pending_id = api.pending_id(&session).await;
     let (status, body) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
+        .respond(
+            &pending_id,
             json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
         )
         .await;

@@ -363,8 +363,8 @@ async fn children_while_the_mock_asks(prefix: &str, env: &[(&str, &str)]) -> Vec
     let pending_id = api.pending_id(&session).await;
     let children = children(server.child.id().unwrap());
     let (status, r) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
+        .respond(
+            &pending_id,
             json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
         )
         .await;

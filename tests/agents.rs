@@ -167,8 +167,8 @@ async fn scenario_clarification_answered_live(url: String) {
 
     let pending_id = bundle["pending_id"].as_str().unwrap();
     let (status, r) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
+        .respond(
+            pending_id,
             json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
         )
         .await;
@@ -200,8 +200,8 @@ async fn scenario_clarification_answered_live(url: String) {
     );
     // A second responder loses and sees the winner's answer (L14).
     let (status, again) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
+        .respond(
+            pending_id,
             json!({ "answers": [{ "question_id": "db", "selected_options": ["mongodb"] }] }),
         )
         .await;
@@ -244,12 +244,7 @@ async fn scenario_clarification_multi_rejected_live(url: String) {
         json!({ "rejected": true, "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
         json!({ "answers": [{ "question_id": "db", "selected_options": [], "custom_text": "x".repeat(2001) }, { "question_id": "language", "selected_options": ["rust"] }, { "question_id": "deploy", "selected_options": ["vm"] }] }),
     ] {
-        let (status, body) = api
-            .post(
-                &format!("/api/v1/clarifications/{pending_id}/respond"),
-                bad.clone(),
-            )
-            .await;
+        let (status, body) = api.respond(pending_id, bad.clone()).await;
         assert_eq!(status, 400, "{bad} → {body}");
         assert_eq!(body["error"]["code"], "bad_request");
     }
@@ -261,8 +256,8 @@ async fn scenario_clarification_multi_rejected_live(url: String) {
         "I5: nothing written"
     );
     let (status, r) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
+        .respond(
+            pending_id,
             json!({ "rejected": true, "reject_reason": "later" }),
         )
         .await;
@@ -314,7 +309,7 @@ async fn scenario_clarification_timeout_detaches_and_resumes_once(url: String) {
 
     // L17: a detached answer resumes the agent in a new turn, exactly once.
     let (status, r) = api
-        .post(&format!("/api/v1/clarifications/{pending_id}/respond"), json!({ "answers": [{ "question_id": "db", "selected_options": [], "custom_text": "use sqlite please" }] }))
+        .respond(&pending_id, json!({ "answers": [{ "question_id": "db", "selected_options": [], "custom_text": "use sqlite please" }] }))
         .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["claimed"], true);
@@ -436,8 +431,8 @@ async fn l20_prompt_after_detached_question_supersedes_it(url: String) {
         Value::Null
     );
     let (status, _) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
+        .respond(
+            &pending_id,
             json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
         )
         .await;
@@ -493,12 +488,7 @@ async fn n3_workflow_waits_for_the_question_and_advances_after(url: String) {
         work
     );
     // ... until a detached rejection releases the barrier (L16) and the deferred action runs.
-    let (status, _) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
-            json!({ "rejected": true }),
-        )
-        .await;
+    let (status, _) = api.respond(&pending_id, json!({ "rejected": true })).await;
     assert_eq!(status, 200);
     assert_eq!(
         api.get(&format!("/api/v1/tasks/{task}")).await.1["step_id"],
@@ -941,8 +931,8 @@ async fn a_reply_whose_last_chunk_arrives_after_its_question_stays_one_message(u
     let (_task, session) = api.start_task("/e2e:clarification").await;
     let pending = api.pending_id(&session).await;
     let (status, body) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending}/respond"),
+        .respond(
+            &pending,
             json!({ "answers": [{ "question_id": "db", "selected_options": ["postgresql"] }] }),
         )
         .await;

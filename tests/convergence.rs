@@ -91,8 +91,8 @@ async fn i2_summaries_converge_after_scenarios_and_a_restart(url: String) {
     )
     .await;
     let p = api.pending_id(&answered).await;
-    api.post(
-        &format!("/api/v1/clarifications/{p}/respond"),
+    api.respond(
+        &p,
         json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
     )
     .await;
@@ -183,8 +183,8 @@ async fn l18_failure_after_acceptance_keeps_the_answer(url: String) {
     )
     .await;
     let (status, r) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
+        .respond(
+            &pending_id,
             json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
         )
         .await;
@@ -248,19 +248,9 @@ async fn i5_conflict_publishes_nothing(url: String) {
     .await;
     let before = server.state.repo.get_bundle(&pending_id).await.unwrap();
     let mut rx = server.state.hub.subscribe();
-    let (status, _) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
-            json!({ "rejected": true }),
-        )
-        .await;
+    let (status, _) = api.respond(&pending_id, json!({ "rejected": true })).await;
     assert_eq!(status, 409);
-    let (status, _) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
-            json!({ "answers": [] }),
-        )
-        .await;
+    let (status, _) = api.respond(&pending_id, json!({ "answers": [] })).await;
     assert_eq!(status, 400);
     assert_eq!(
         server.state.repo.get_bundle(&pending_id).await.unwrap(),

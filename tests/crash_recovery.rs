@@ -162,7 +162,7 @@ async fn crash_story(url: String, at: CrashAt) {
             assert_eq!(bundle["response"], Value::Null);
             assert_eq!(turn_count, 1, "{at:?}: the empty reservation is gone");
             let (status, r) = api
-                .post(&format!("/api/v1/clarifications/{pending_id}/respond"), json!({ "answers": [{ "question_id": "db", "selected_options": ["postgresql"] }] }))
+                .respond(&pending_id, json!({ "answers": [{ "question_id": "db", "selected_options": ["postgresql"] }] }))
                 .await;
             assert_eq!(
                 (status.as_u16(), r["claimed"].as_bool()),

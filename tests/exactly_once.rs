@@ -46,12 +46,7 @@ fn timeout_then(rest: &str) -> String {
 }
 
 async fn respond(api: &Api, pending_id: &str, body: Value) -> (u16, Value) {
-    let (s, v) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
-            body,
-        )
-        .await;
+    let (s, v) = api.respond(pending_id, body).await;
     (s.as_u16(), v)
 }
 

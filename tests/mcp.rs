@@ -145,8 +145,8 @@ async fn l8_identical_repeat_call_shares_the_bundle_and_l7_progress_flows(url: S
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let (status, _) = api
-        .post(
-            &format!("/api/v1/clarifications/{}/respond", ids[0]),
+        .respond(
+            &ids[0],
             json!({ "answers": [{ "question_id": "db", "selected_options": ["b"] }] }),
         )
         .await;

@@ -203,12 +203,7 @@ async fn l18_an_answer_owed_to_an_agent_that_cannot_start_is_delivered_on_retry(
         "UPDATE agent_profiles SET command = '/nonexistent/agent' WHERE name = 'flaky'",
     )
     .await;
-    let (status, body) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
-            answer("sqlite"),
-        )
-        .await;
+    let (status, body) = api.respond(&pending_id, answer("sqlite")).await;
     assert_eq!(
         (status.as_u16(), body["claimed"].as_bool()),
         (200, Some(true)),

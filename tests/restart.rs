@@ -133,8 +133,8 @@ async fn killed_server_keeps_the_question_answerable_and_relaunches_the_agent(ur
 
     // The detached answer relaunches the agent and resumes it once (L17).
     let (status, r) = api
-        .post(
-            &format!("/api/v1/clarifications/{pending_id}/respond"),
+        .respond(
+            &pending_id,
             json!({ "answers": [{ "question_id": "db", "selected_options": ["postgresql"] }] }),
         )
         .await;

@@ -134,8 +134,8 @@ async fn round_trips(url: &str, log: &Log) -> (f64, Option<f64>) {
             break;
         }
         let (status, body) = api
-            .post(
-                &format!("/api/v1/clarifications/{pending_id}/respond"),
+            .respond(
+                &pending_id,
                 json!({ "answers": [{ "question_id": "q", "selected_options": ["y"] }] }),
             )
             .await;

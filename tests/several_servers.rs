@@ -118,8 +118,8 @@ async fn p10_a_question_on_one_server_reaches_the_clients_of_another_and_clears(
     // Answered where the agent waits: it gets the answer once, and B's client sees it clear.
     let pending = api_a.pending_id(&session).await;
     let (status, body) = api_a
-        .post(
-            &format!("/api/v1/clarifications/{pending}/respond"),
+        .respond(
+            &pending,
             json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
         )
         .await;
@@ -307,10 +307,7 @@ async fn i3_an_answer_given_on_another_server_reaches_the_waiting_agent_once(url
     let pending = api_a.pending_id(&session).await;
 
     let (status, body) = Api::new(&c.base)
-        .post(
-            &format!("/api/v1/clarifications/{pending}/respond"),
-            answer("postgresql"),
-        )
+        .respond(&pending, answer("postgresql"))
         .await;
     assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
     next_frame(&mut on_b, summary_of(&task, Value::Null)).await;
@@ -392,12 +389,7 @@ async fn i4_an_offer_nobody_takes_is_withdrawn_and_the_answer_is_owed_once(url: 
             async move { g.acquire().await.expect("gate").forget() }
         });
 
-    let (status, body) = Api::new(&c.base)
-        .post(
-            &format!("/api/v1/clarifications/{pending}/respond"),
-            answer("sqlite"),
-        )
-        .await;
+    let (status, body) = Api::new(&c.base).respond(&pending, answer("sqlite")).await;
     assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
     gate.add_permits(1);
     let turns = api_a
@@ -503,12 +495,7 @@ async fn l19_a_server_starting_up_leaves_the_live_sessions_of_another_alone(url:
     assert_eq!(p["status"], "pending", "{p}");
 
     // And the waiting agent still gets its answer live.
-    let (status, body) = api_a
-        .post(
-            &format!("/api/v1/clarifications/{pending}/respond"),
-            answer("sqlite"),
-        )
-        .await;
+    let (status, body) = api_a.respond(&pending, answer("sqlite")).await;
     assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
     assert_eq!(api_a.wait_turns_done(&asking, 1).await.len(), 1);
     b.stop().await;
@@ -567,12 +554,7 @@ async fn l9_a_killed_servers_question_is_taken_over_and_answered_once(url: Strin
             |t| t["status_summary"].is_object() && t["status_summary"]["pending_action"].is_null(),
         )
         .await;
-    let (status, body) = api_b
-        .post(
-            &format!("/api/v1/clarifications/{pending}/respond"),
-            answer("sqlite"),
-        )
-        .await;
+    let (status, body) = api_b.respond(&pending, answer("sqlite")).await;
     assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
     let turns = api_b
         .wait_for(
@@ -628,12 +610,7 @@ async fn detached_and_waiting(
 /// Answers `pending` through `via`: claimed, and the agent on `a` gets it once, as an owed
 /// resume in a second turn.
 async fn answered_and_resumed_once(a: &TestServer, via: &TestServer, session: &str, pending: &str) {
-    let (status, body) = Api::new(&via.base)
-        .post(
-            &format!("/api/v1/clarifications/{pending}/respond"),
-            answer("sqlite"),
-        )
-        .await;
+    let (status, body) = Api::new(&via.base).respond(pending, answer("sqlite")).await;
     assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
     let api_a = Api::new(&a.base);
     let turns = api_a.wait_turns_done(session, 2).await;

@@ -324,8 +324,8 @@ async fn real_agent_question_reaches_every_client_and_metrics_count_it(url: Stri
         .as_str()
         .unwrap()
         .to_string();
-    api.post(
-        &format!("/api/v1/clarifications/{pending_id}/respond"),
+    api.respond(
+        &pending_id,
         json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
     )
     .await;

@@ -319,6 +319,19 @@ impl Api {
         }
     }
 
+    /// `POST /api/v1/clarifications/{pending_id}/respond` with `body` (answers or a rejection).
+    pub async fn respond(
+        &self,
+        pending_id: &str,
+        body: serde_json::Value,
+    ) -> (reqwest::StatusCode, serde_json::Value) {
+        self.post(
+            &format!("/api/v1/clarifications/{pending_id}/respond"),
+            body,
+        )
+        .await
+    }
+
     pub async fn get(&self, path: &str) -> (reqwest::StatusCode, serde_json::Value) {
         let r = self
             .client
