@@ -351,17 +351,23 @@ mod tests {
     }
 
     /// Decision 0024: the WAL hook that counts commits replaces SQLite's automatic checkpoint;
-    /// it checkpoints at the same threshold, so the WAL does not grow without bound.
+    /// it checkpoints at its own threshold, so the WAL does not grow without bound.
     #[tokio::test]
     async fn the_commit_counter_keeps_checkpointing_the_wal() {
+        use crate::server::repo::wal_sync::CHECKPOINT_FRAMES;
         let db = TempDb::new();
         let repo = SqliteRepository::connect(&db.url()).await.unwrap();
-        for i in 0..3_000 {
-            repo.create_task(&new_task("t"), i).await.unwrap();
+        let frames = CHECKPOINT_FRAMES as u64;
+        // Every commit appends at least one frame of 4 KiB: twice the threshold in commits
+        // would leave at least twice the threshold in the WAL if nothing checkpointed.
+        for i in 0..2 * frames {
+            repo.create_task(&new_task("t"), i as i64).await.unwrap();
         }
         let wal = std::fs::metadata(db.0.join("t.db-wal")).unwrap().len();
-        // A checkpoint every 1,000 frames of 4 KiB pages: about 4 MiB at most; 3,000
-        // unchecked commits would leave more than 12 MiB.
-        assert!(wal < 6 << 20, "WAL of {wal} bytes: never checkpointed");
+        let bound = frames * 4096 * 3 / 2;
+        assert!(
+            wal < bound,
+            "WAL of {wal} bytes (bound {bound}): never checkpointed"
+        );
     }
 }
