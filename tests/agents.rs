@@ -19,6 +19,7 @@ both_http!(
     bad_prompts_get_clear_errors,
     a_long_streamed_reply_is_one_message_written_a_bounded_number_of_times,
     a_reply_whose_last_chunk_arrives_after_its_question_stays_one_message,
+    l7_a_live_answer_moves_the_session_back_to_running_once,
 );
 
 async fn session_state(api: &Api, task: &str, session: &str) -> Value {
@@ -963,4 +964,59 @@ async fn a_reply_whose_last_chunk_arrives_after_its_question_stays_one_message(u
         "{agent:?}"
     );
     assert!(agent[2].1.starts_with("You answered:"), "{agent:?}");
+}
+
+/// L7: "on an answer it moves back to `running`". A live answer (L15) moves the session with
+/// its delivery record, in the answering request (decision 0032): between the answer and the
+/// agent's next question exactly one `session.state_changed` to `running` is published, with no
+/// pending action (P1), and the next question's `waiting_for_input` comes after it.
+async fn l7_a_live_answer_moves_the_session_back_to_running_once(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let mut events = server.state.hub.subscribe();
+    let ask = |prompt: &str| {
+        format!(
+            r#"e2e:ask({{"questions": [{{"id": "q", "prompt": "{prompt}", "options": [{{"id": "y", "label": "Yes"}}, {{"id": "n", "label": "No"}}]}}]}})"#
+        )
+    };
+    let (task, session) = api
+        .start_task(&format!("{}\n{}", ask("First?"), ask("Second?")))
+        .await;
+    let mine = |e: &turnstile::server::events::Event| e.session_id.as_deref() == Some(&session);
+    let asked = support::next_event(&mut events, |e| {
+        mine(e) && e.action == "clarification.requested"
+    })
+    .await;
+    let pending_id = asked.payload["bundle"]["pending_id"].as_str().unwrap();
+    assert_eq!(
+        session_state(&api, &task, &session).await["state"],
+        "waiting_for_input"
+    );
+    let (status, body) = api
+        .respond(
+            pending_id,
+            json!({ "answers": [{ "question_id": "q", "selected_options": ["y"] }] }),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), &body["claimed"]),
+        (200, &json!(true)),
+        "{body}"
+    );
+    let mut running = Vec::new();
+    loop {
+        let e = support::next_event(&mut events, |e| {
+            mine(e) && e.action == "session.state_changed"
+        })
+        .await;
+        let moved = &e.payload["session"];
+        match moved["state"].as_str() {
+            Some("running") => running.push(moved.clone()),
+            Some("waiting_for_input") => break,
+            other => panic!("unexpected state {other:?}: {moved}"),
+        }
+    }
+    assert_eq!(running.len(), 1, "one move back per answer: {running:?}");
+    assert_eq!(running[0]["pending_action"], Value::Null, "{}", running[0]);
+    server.stop().await;
 }

@@ -160,7 +160,7 @@ pub async fn respond(
         let revision = state.next_pending_revision().await;
         // I8: the agent acts on the answer only once the claim is on disk (decision 0024).
         let delivered = match state.durable().await {
-            Ok(()) => record_live_delivery(state, pending_id).await,
+            Ok(()) => record_live_delivery(state, &record).await,
             Err(e) => Err(e),
         };
         let running = match delivered {
@@ -321,12 +321,12 @@ async fn finalize(state: &AppState, pending_id: &str) -> Result<(), RepoError> {
 /// the same transaction; the session as moved, if it moved.
 async fn record_live_delivery(
     state: &AppState,
-    pending_id: &str,
+    claimed: &BundleRecord,
 ) -> Result<Option<crate::server::repo::SessionRecord>, RepoError> {
     state.hooks.check(Point::Finalize)?;
     state
         .repo
-        .record_live_delivery(pending_id, state.clock.now())
+        .record_live_delivery(&claimed.pending_id, &claimed.session_id, state.clock.now())
         .await
 }
 

@@ -1,4 +1,4 @@
-//! Sessions, turns, prompts and the prompt queue, the workflow guard, resumes.
+//! Sessions, turns, prompts and the prompt queue, the workflow guard, resumes; what `/metrics` reads.
 
 pub mod forward;
 pub mod gauges;

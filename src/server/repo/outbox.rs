@@ -6,11 +6,13 @@ use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Type};
 
 use super::authority::{BUNDLE_COLUMNS, SQL};
 use super::questions::{insert_question_message, insert_questions};
+use super::sessions::move_session;
 use super::sql::{RowsAffected, SESSION_COLUMNS, SqlBackend, SqlRepository, TURN_COLUMNS, stmt};
 use super::{
     AskWritten, BundleRecord, MessageRecord, NewAsk, RepoError, RepoResult, SessionRecord,
     TurnRecord, new_id,
 };
+use crate::model::SessionState;
 use crate::server::time::Micros;
 
 /// An answer's delivery is recorded (L18): written in the same transaction as whatever hands the
@@ -47,12 +49,14 @@ pub trait OutboxStore: Send + Sync {
     -> RepoResult<Option<AskWritten>>;
 
     /// L15 live delivery, recorded before the waiting call has the answer: the bundle's
-    /// delivery marker is cleared and its session runs again, in one transaction (the bundle
-    /// row first, then the session row: decision 0028's lock order). The session as moved, or
-    /// `None` when it was already running or is terminal.
+    /// delivery marker is cleared and its session (`session_id`, the bundle's) runs again
+    /// (L7), in one transaction (the bundle row first, then the session row: decision 0028's
+    /// lock order). The session as moved, or `None` when it was already running or is
+    /// terminal.
     async fn record_live_delivery(
         &self,
         pending_id: &str,
+        session_id: &str,
         at: Micros,
     ) -> RepoResult<Option<SessionRecord>>;
 
@@ -97,6 +101,7 @@ where
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> BundleRecord: FromRow<'r, DB::Row>,
     for<'r> MessageRecord: FromRow<'r, DB::Row>,
     for<'r> SessionRecord: FromRow<'r, DB::Row>,
@@ -214,6 +219,7 @@ where
     async fn record_live_delivery(
         &self,
         pending_id: &str,
+        session_id: &str,
         at: Micros,
     ) -> RepoResult<Option<SessionRecord>> {
         let mut tx = self.write_tx().await?;
@@ -221,17 +227,7 @@ where
             .bind(pending_id)
             .execute(&mut *tx)
             .await?;
-        // What `set_session_state(…, Running)` writes, for the bundle's session.
-        let session = sqlx::query_as::<DB, SessionRecord>(stmt!(
-            "UPDATE sessions SET state = 'running', started_at = COALESCE(started_at, $2) \
-             WHERE id = (SELECT b.session_id FROM clarification_bundles b WHERE b.pending_id = $1) \
-               AND state <> 'running' AND state NOT IN ('completed', 'failed', 'cancelled') \
-             RETURNING {SESSION_COLUMNS}"
-        ))
-        .bind(pending_id)
-        .bind(at)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let session = move_session(&mut *tx, session_id, SessionState::Running, at).await?;
         tx.commit().await?;
         Ok(session)
     }

@@ -146,22 +146,7 @@ where
         state: SessionState,
         at: Micros,
     ) -> RepoResult<Option<SessionRecord>> {
-        let starts = matches!(state, SessionState::Starting | SessionState::Running);
-        Ok(sqlx::query_as::<DB, SessionRecord>(stmt!(
-            "UPDATE sessions SET state = $2, \
-             started_at = CASE WHEN $3 AND started_at IS NULL THEN $5 ELSE started_at END, \
-             completed_at = CASE WHEN $4 THEN $5 ELSE completed_at END, \
-             mcp_token_hash = CASE WHEN $4 THEN NULL ELSE mcp_token_hash END \
-             WHERE id = $1 AND state <> $2 AND state NOT IN ('completed', 'failed', 'cancelled') \
-             RETURNING {SESSION_COLUMNS}"
-        ))
-        .bind(id)
-        .bind(state.as_str())
-        .bind(starts)
-        .bind(state.is_terminal())
-        .bind(at)
-        .fetch_optional(&mut *self.writer().await?)
-        .await?)
+        move_session(&mut *self.writer().await?, id, state, at).await
     }
 
     async fn set_primary_session(&self, id: &str) -> RepoResult<bool> {
@@ -334,4 +319,39 @@ where
         .await?;
         Ok(done.rows_affected() > 0)
     }
+}
+
+/// Moves session `id` to `state` unless it is already there or terminal (a terminal move ends
+/// its times and revokes its MCP token); the row as moved. On the pool or inside a transaction
+/// (a live answer's delivery record, decision 0032).
+pub(super) async fn move_session<'e, DB, E>(
+    executor: E,
+    id: &str,
+    state: SessionState,
+    at: Micros,
+) -> RepoResult<Option<SessionRecord>>
+where
+    DB: SqlBackend,
+    E: Executor<'e, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'r> SessionRecord: FromRow<'r, DB::Row>,
+{
+    let starts = matches!(state, SessionState::Starting | SessionState::Running);
+    Ok(sqlx::query_as::<DB, SessionRecord>(stmt!(
+        "UPDATE sessions SET state = $2, \
+         started_at = CASE WHEN $3 AND started_at IS NULL THEN $5 ELSE started_at END, \
+         completed_at = CASE WHEN $4 THEN $5 ELSE completed_at END, \
+         mcp_token_hash = CASE WHEN $4 THEN NULL ELSE mcp_token_hash END \
+         WHERE id = $1 AND state <> $2 AND state NOT IN ('completed', 'failed', 'cancelled') \
+         RETURNING {SESSION_COLUMNS}"
+    ))
+    .bind(id)
+    .bind(state.as_str())
+    .bind(starts)
+    .bind(state.is_terminal())
+    .bind(at)
+    .fetch_optional(executor)
+    .await?)
 }
