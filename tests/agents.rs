@@ -19,6 +19,7 @@ both_http!(
     bad_prompts_get_clear_errors,
     a_long_streamed_reply_is_one_message_written_a_bounded_number_of_times,
     a_reply_whose_last_chunk_arrives_after_its_question_stays_one_message,
+    a_reply_chunk_still_in_the_agents_stream_when_its_question_arrives_stays_before_it,
     l7_a_live_answer_moves_the_session_back_to_running_once,
 );
 
@@ -929,6 +930,48 @@ async fn a_reply_whose_last_chunk_arrives_after_its_question_stays_one_message(u
         g.add_permits(1);
         async {}
     });
+    let session = reply_question_answer(&api).await;
+    server.state.hooks.clear(Point::StreamChunk);
+    server.state.hooks.clear(Point::AskSync);
+    assert_reply_then_question_then_answer(&api, &session).await;
+}
+
+/// The same when the reply's last chunk has not even reached the worker's queue: it is still
+/// in the agent's stdout pipe or the ACP connection when the question arrives over MCP. Forced
+/// here: the connection is held on the reply's second chunk until the worker, asked by the
+/// question, waits for a mark put into the agent's stream after what it wrote
+/// (`agents/relay.rs`); the mark comes after the held chunk, so the chunk is taken first.
+async fn a_reply_chunk_still_in_the_agents_stream_when_its_question_arrives_stays_before_it(
+    url: String,
+) {
+    use turnstile::server::hooks::Point;
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let updates = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (g, u) = (gate.clone(), updates.clone());
+    server.state.hooks.set(Point::AgentUpdate, move |_| {
+        let second = u.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1;
+        let g = g.clone();
+        async move {
+            if second {
+                g.acquire().await.expect("gate").forget();
+            }
+        }
+    });
+    let g = gate.clone();
+    server.state.hooks.set(Point::AwaitMark, move |_| {
+        g.add_permits(1);
+        async {}
+    });
+    let session = reply_question_answer(&api).await;
+    server.state.hooks.clear(Point::AgentUpdate);
+    server.state.hooks.clear(Point::AwaitMark);
+    assert_reply_then_question_then_answer(&api, &session).await;
+}
+
+/// `/e2e:clarification` answered: returns the session once its turn is done.
+async fn reply_question_answer(api: &Api) -> String {
     let (_task, session) = api.start_task("/e2e:clarification").await;
     let pending = api.pending_id(&session).await;
     let (status, body) = api
@@ -939,10 +982,13 @@ async fn a_reply_whose_last_chunk_arrives_after_its_question_stays_one_message(u
         .await;
     assert_eq!(status, 200, "{body}");
     api.wait_turns_done(&session, 1).await;
-    server.state.hooks.clear(Point::StreamChunk);
-    server.state.hooks.clear(Point::AskSync);
+    session
+}
+
+/// The agent's messages: the whole reply, the question, then what it says after the answer.
+async fn assert_reply_then_question_then_answer(api: &Api, session: &str) {
     let agent: Vec<(String, String)> = api
-        .messages(&session)
+        .messages(session)
         .await
         .iter()
         .filter(|m| m["author"] == "agent")

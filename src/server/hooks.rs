@@ -36,6 +36,13 @@ pub enum Point {
     /// Before the session worker takes a streamed chunk of the agent's reply; the key is the
     /// session id.
     StreamChunk,
+    /// Before the ACP connection hands an update of the agent (a reply chunk, a tool call) to
+    /// the session worker: the update is still "in the agent's stream"; the key is the
+    /// session id.
+    AgentUpdate,
+    /// The session worker asked the agent's output stream for a mark and now takes the
+    /// agent's earlier events until it comes (`worker::sync`); the key is the session id.
+    AwaitMark,
     /// A new question arrived and waits for the worker to take what the agent sent before it
     /// (`worker::sync`); the key is the session id.
     AskSync,
@@ -65,6 +72,8 @@ impl Point {
             Point::Dispatch => "dispatch",
             Point::AcceptOffer => "accept-offer",
             Point::StreamChunk => "stream-chunk",
+            Point::AgentUpdate => "agent-update",
+            Point::AwaitMark => "await-mark",
             Point::AskSync => "ask-sync",
             Point::HeartbeatFailed => "heartbeat-failed",
             Point::ReconcileReads => "reconcile-reads",
@@ -79,6 +88,19 @@ pub struct Hooks {
     hooks: RwLock<HashMap<Point, Hook>>,
     /// Point → how many more times it fails.
     faults: RwLock<HashMap<Point, u32>>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set: Vec<&str> = self
+            .hooks
+            .read()
+            .expect("hooks lock")
+            .keys()
+            .map(|p| p.name())
+            .collect();
+        f.debug_struct("Hooks").field("set", &set).finish()
+    }
 }
 
 impl Hooks {

@@ -35,7 +35,8 @@ pub enum Command {
     Cancel,
     /// Stop the agent if it is idle: another session needs its slot (`--max-agents`).
     Release,
-    /// Take every agent event already queued, then reply (`worker::sync`).
+    /// Take every event the agent sent before now (up to a mark in its output, decision
+    /// 0033), then reply (`worker::sync`).
     Sync {
         reply: oneshot::Sender<()>,
     },

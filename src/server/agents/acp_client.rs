@@ -19,6 +19,8 @@ use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use super::AgentError;
 use super::process::{self, StderrTail};
+use super::relay::{self, Mark, Relay};
+use crate::server::hooks::{Hooks, Point};
 
 /// Agent events the worker may fall behind by before the agent waits (backpressure).
 const EVENT_BUFFER: usize = 256;
@@ -37,6 +39,9 @@ pub struct LaunchSpec {
     pub load_session: Option<String>,
     /// Run the bundled mock agent inside this process instead of `command` (tests).
     pub in_process: Option<crate::mock_agent::InProcess>,
+    /// The session this agent works for (the key of its hook points).
+    pub session_id: String,
+    pub hooks: std::sync::Arc<Hooks>,
 }
 
 /// A permission request waiting for the human; answer with `Some(option_id)` or `None`
@@ -71,6 +76,9 @@ pub enum AgentEvent {
     PromptDone(Result<String, PromptFailure>),
     /// The agent process or its connection ended.
     Exited(String),
+    /// Everything the agent sent before [`AgentConnection::mark`] returned this number has
+    /// been delivered (`relay.rs`).
+    Marked(u64),
 }
 
 pub struct AgentConnection {
@@ -78,9 +86,16 @@ pub struct AgentConnection {
     session_id: SessionId,
     stop: Option<oneshot::Sender<()>>,
     events: mpsc::Sender<AgentEvent>,
+    relay: std::sync::Arc<Relay>,
 }
 
 impl AgentConnection {
+    /// Asks for an [`AgentEvent::Marked`] after everything the agent has sent so far; returns
+    /// its number, or `None` when the agent's output has ended.
+    pub fn mark(&self) -> Option<u64> {
+        self.relay.mark()
+    }
+
     pub fn acp_session_id(&self) -> &str {
         &self.session_id.0
     }
@@ -134,7 +149,7 @@ pub async fn launch(
     let (events, events_rx) = mpsc::channel(EVENT_BUFFER);
     type Out = Box<dyn futures::AsyncWrite + Send + Unpin>;
     type In = Box<dyn futures::AsyncRead + Send + Unpin>;
-    let (mut runner, tail, transport) = match &spec.in_process {
+    let (mut runner, tail, transport, relay) = match &spec.in_process {
         Some(mock) => {
             let (ours, theirs) = tokio::io::duplex(64 * 1024);
             let (their_in, their_out) = tokio::io::split(theirs);
@@ -148,11 +163,17 @@ pub async fn launch(
                 .await;
             });
             let (our_in, our_out) = tokio::io::split(ours);
+            let (relay, incoming) = relayed(our_in, Box::new(|| 0));
             let transport = ByteStreams::new(
                 Box::new(our_out.compat_write()) as Out,
-                Box::new(our_in.compat()) as In,
+                Box::new(incoming.compat()) as In,
             );
-            (Runner::InProcess(agent), StderrTail::default(), transport)
+            (
+                Runner::InProcess(agent),
+                StderrTail::default(),
+                transport,
+                relay,
+            )
         }
         None => {
             let mut child = process::spawn(&spec.command, &spec.args, &spec.env, &spec.cwd)?;
@@ -163,11 +184,13 @@ pub async fn launch(
                 .take()
                 .map(StderrTail::capture)
                 .unwrap_or_default();
+            let unread = relay::unread_in_pipe(std::os::fd::AsRawFd::as_raw_fd(&stdout));
+            let (relay, incoming) = relayed(stdout, unread);
             let transport = ByteStreams::new(
                 Box::new(stdin.compat_write()) as Out,
-                Box::new(stdout.compat()) as In,
+                Box::new(incoming.compat()) as In,
             );
-            (Runner::Process(child), tail, transport)
+            (Runner::Process(child), tail, transport, relay)
         }
     };
     let stopped_by_us = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -178,6 +201,9 @@ pub async fn launch(
     let updates = events.clone();
     let permissions = events.clone();
     let exited = events.clone();
+    let marked = events.clone();
+    let ours = relay.clone();
+    let (hooks, session_key) = (spec.hooks.clone(), spec.session_id.clone());
     let driver = Client
         .v1()
         .name("turnstile")
@@ -198,8 +224,19 @@ pub async fn launch(
                     _ => None,
                 };
                 if let Some(event) = event {
+                    hooks.run(Point::AgentUpdate, &session_key).await;
                     // Bounded: a chatty agent waits for the worker instead of growing memory.
                     let _ = updates.send(event).await;
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_notification(
+            async move |m: Mark, _cx: v1::ConnectionTo<Agent>| {
+                // Dispatched in order: every update before the mark is in the channel already.
+                if ours.owns(&m) {
+                    let _ = marked.send(AgentEvent::Marked(m.mark)).await;
                 }
                 Ok(())
             },
@@ -272,6 +309,7 @@ pub async fn launch(
                 session_id,
                 stop: Some(stop_tx),
                 events,
+                relay,
             },
             events_rx,
         )),
@@ -293,6 +331,16 @@ pub async fn launch(
                 .into())
         }
     }
+}
+
+/// The agent's output through a [`Relay`] (ordering marks): the relay and what the ACP
+/// connection reads.
+fn relayed<R>(source: R, unread: relay::Unread) -> (std::sync::Arc<Relay>, relay::Marked<R>)
+where
+    R: tokio::io::AsyncRead + Unpin,
+{
+    let (relay, reader) = Relay::wrap(source, unread);
+    (std::sync::Arc::new(relay), reader)
 }
 
 /// What runs the agent: a process (its group killed when the connection ends) or, in tests,

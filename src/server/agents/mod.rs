@@ -4,6 +4,7 @@
 
 mod acp_client;
 pub mod process;
+mod relay;
 
 /// Why an agent could not be started or reached. The text is written for the user (it is
 /// shown in the transcript and answered as 503); it never carries database text.

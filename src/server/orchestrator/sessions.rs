@@ -93,6 +93,8 @@ pub async fn launch_spec(
             .in_process_mock
             .clone()
             .filter(|_| is_mock),
+        session_id: session.id.clone(),
+        hooks: state.hooks.clone(),
     };
     Ok((spec, hash))
 }

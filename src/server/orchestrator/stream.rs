@@ -2,8 +2,8 @@
 //! message per reply. A reply ends where another row entered the transcript (a tool call, a
 //! question, a permission request) — known in memory, so a chunk costs no probe query. A
 //! question comes over MCP, not over the agent's ACP stream, so before it is written the
-//! worker takes what the agent already sent (`worker::sync`): the reply's last chunks stay in
-//! the reply before the question.
+//! worker takes what the agent already sent (`worker::sync`, up to a mark in the agent's output
+//! stream, decision 0033): the reply's last chunks stay in the reply before the question.
 //!
 //! Chunks are buffered in memory and written at most once per [`FLUSH_INTERVAL`] (or when
 //! [`FLUSH_BYTES`] are waiting): a reply of n bytes in k chunks costs O(n) of memory copies and

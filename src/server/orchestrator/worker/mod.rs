@@ -26,6 +26,8 @@ mod turns;
 pub const MAX_QUEUED_PROMPTS: usize = 32;
 /// Commands a worker may have waiting.
 const COMMAND_BUFFER: usize = 64;
+/// The longest a new question waits for the agent's earlier output (`sync`).
+const SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why the worker could not do something.
 #[derive(Debug, thiserror::Error)]
@@ -90,10 +92,10 @@ pub fn stop_all(state: &AppState) {
     }
 }
 
-/// Waits (up to a second) until the session's worker has taken every agent event already
-/// delivered to it. The agent's `ask_user_question` comes over MCP while its reply's last
-/// chunks may still wait in the worker's queue (ACP): taken first, they stay in the reply
-/// before the question instead of starting the one after it.
+/// Waits (up to [`SYNC_WAIT`]) until the session's worker has taken everything the agent sent
+/// before now. The agent's `ask_user_question` comes over MCP while its reply's last chunks
+/// may still be in its stdout pipe, the ACP connection or the worker's queue: taken first,
+/// they stay in the reply before the question instead of starting the one after it.
 pub async fn sync(state: &AppState, session_id: &str) {
     state
         .hooks
@@ -104,7 +106,7 @@ pub async fn sync(state: &AppState, session_id: &str) {
     };
     let (reply, done) = tokio::sync::oneshot::channel();
     if h.send(Command::Sync { reply }).is_ok() {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), done).await;
+        let _ = tokio::time::timeout(SYNC_WAIT, done).await;
     }
 }
 
@@ -269,7 +271,10 @@ impl Worker {
     async fn take_event(&mut self, event: Option<AgentEvent>) {
         self.handled.fetch_add(1, Ordering::SeqCst);
         // Streamed chunks wait in memory; anything else sees them written first.
-        if !matches!(event, Some(AgentEvent::Text(_) | AgentEvent::Thought(_))) {
+        if !matches!(
+            event,
+            Some(AgentEvent::Text(_) | AgentEvent::Thought(_) | AgentEvent::Marked(_))
+        ) {
             self.flush_stream().await;
         }
         match event {
@@ -281,6 +286,48 @@ impl Worker {
             }
         }
         self.count_owed_flush();
+    }
+
+    /// Takes every event the agent sent before now: up to a mark put into its output stream
+    /// after what it has written (`agents/relay.rs`), so also what was still in the pipe or
+    /// the ACP connection; without a running agent, what the channel holds. Bounded by
+    /// [`SYNC_WAIT`].
+    async fn take_until_mark(&mut self) {
+        let mark = self.agent.as_ref().and_then(|a| a.connection.mark());
+        let deadline = Instant::now() + SYNC_WAIT;
+        if mark.is_some() {
+            self.state
+                .hooks
+                .run(crate::server::hooks::Point::AwaitMark, &self.session_id)
+                .await;
+        }
+        loop {
+            let Some(rx) = self.events.as_mut() else {
+                return;
+            };
+            let event = match mark {
+                Some(_) => match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(event)) => event,
+                    // Closed: the main loop sees the end; or the mark is late: give up on it.
+                    Ok(None) | Err(_) => return,
+                },
+                None => match rx.try_recv() {
+                    Ok(event) => event,
+                    Err(_) => return,
+                },
+            };
+            if let AgentEvent::Marked(m) = event {
+                if Some(m) == mark {
+                    return;
+                }
+                continue;
+            }
+            let exited = matches!(event, AgentEvent::Exited(_));
+            self.take_event(Some(event)).await;
+            if exited {
+                return;
+            }
+        }
     }
 
     /// A streamed chunk waiting in memory is work: the worker counts as busy until it is
@@ -332,9 +379,7 @@ impl Worker {
             }
             Command::Sync { reply } => {
                 // What the agent sent before this point is taken first (`sync`).
-                while let Some(event) = self.events.as_mut().and_then(|rx| rx.try_recv().ok()) {
-                    self.take_event(Some(event)).await;
-                }
+                self.take_until_mark().await;
                 let _ = reply.send(());
             }
             Command::Fence => {

@@ -57,6 +57,8 @@ impl Worker {
                 }
                 Ok(())
             }
+            // A mark nobody waits for any more (`take_until_mark` gave up on it).
+            AgentEvent::Marked(_) => Ok(()),
         };
         if let Err(e) = result {
             tracing::error!(session_id = %self.session_id, error = %e, "cannot record agent output");
