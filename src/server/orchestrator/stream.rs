@@ -6,8 +6,9 @@
 //! stream, decision 0033): the reply's last chunks stay in the reply before the question.
 //!
 //! Chunks are buffered in memory and written at most once per [`FLUSH_INTERVAL`] (or when
-//! [`FLUSH_BYTES`] are waiting): a reply of n bytes in k chunks costs O(n) of memory copies and
-//! a bounded number of writes and events, not k full rewrites (docs/decisions/0014).
+//! [`FLUSH_BYTES`] are waiting, or before anything else enters the transcript): a reply of n
+//! bytes in k chunks costs O(n) of memory copies and a bounded number of writes and events,
+//! not k full rewrites; a short reply is one write (docs/decisions/0014, amended).
 
 use std::time::Duration;
 
@@ -20,10 +21,14 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// Buffered bytes that are written at once, without waiting for the interval.
 pub const FLUSH_BYTES: usize = 64 * 1024;
 
-/// One reply being streamed: its message id and content so far.
-#[derive(Debug, Default)]
+/// One reply being streamed: its message id (once written) and content so far.
+#[derive(Debug)]
 struct Open {
-    id: String,
+    /// Which reply this is (to match the id its first write returns).
+    reply: u64,
+    kind: MessageKind,
+    /// `None` until its first write creates the message.
+    id: Option<String>,
     content: String,
     /// How much of `content` the database has.
     written: usize,
@@ -35,12 +40,24 @@ impl Open {
     fn unwritten(&self) -> usize {
         self.content.len() - self.written
     }
+
+    fn flush(&self) -> Flush {
+        Flush {
+            reply: self.reply,
+            kind: self.kind,
+            id: self.id.clone(),
+            content: self.content.clone(),
+        }
+    }
 }
 
-/// A write the worker owes: message `id` gets `content`.
+/// A write the worker owes: message `id` gets `content`, or (no id yet) a new message of
+/// `kind` with `content` is created ([`StreamMerge::created`] records its id).
 #[derive(Debug, PartialEq)]
 pub struct Flush {
-    pub id: String,
+    pub reply: u64,
+    pub kind: MessageKind,
+    pub id: Option<String>,
     pub content: String,
 }
 
@@ -53,15 +70,8 @@ pub struct StreamMerge {
     closed: Vec<Flush>,
     /// When the oldest unwritten chunk arrived.
     since: Option<Instant>,
-}
-
-/// What to do with a chunk.
-#[derive(Debug, PartialEq)]
-pub enum Chunk {
-    /// Start a new message with this content (after writing what [`StreamMerge::take`] gives).
-    New(String),
-    /// Kept in memory until the next flush.
-    Buffered,
+    /// Replies begun so far.
+    replies: u64,
 }
 
 impl StreamMerge {
@@ -81,42 +91,47 @@ impl StreamMerge {
             .flatten()
         {
             if open.unwritten() > 0 {
-                self.closed.push(Flush {
-                    id: open.id,
-                    content: open.content,
-                });
+                self.closed.push(open.flush());
             }
         }
     }
 
-    /// Folds `chunk` into the open reply of `kind`, unless rows were written since it began
-    /// (`mark` is the session's current foreign-row count).
-    pub fn push(&mut self, kind: MessageKind, chunk: &str, mark: u64, now: Instant) -> Chunk {
+    /// Folds `chunk` into the open reply of `kind` (a new one when there is none, or when rows
+    /// were written since it began: `mark` is the session's current foreign-row count). Kept in
+    /// memory until the next flush; a new reply is created by its first write.
+    pub fn push(&mut self, kind: MessageKind, chunk: &str, mark: u64, now: Instant) {
         if [&self.text, &self.thought]
             .iter()
             .any(|o| o.as_ref().is_some_and(|o| o.mark != mark))
         {
             self.break_here();
         }
-        match self.slot(kind) {
-            Some(open) => {
-                open.content.push_str(chunk);
-                self.since.get_or_insert(now);
-                Chunk::Buffered
-            }
-            None => Chunk::New(chunk.to_string()),
+        if self.slot(kind).is_none() {
+            self.replies += 1;
         }
-    }
-
-    /// Records the message a `Chunk::New` created (its content is written).
-    pub fn opened(&mut self, kind: MessageKind, id: String, content: String, mark: u64) {
-        let written = content.len();
-        *self.slot(kind) = Some(Open {
-            id,
-            content,
-            written,
+        let reply = self.replies;
+        let open = self.slot(kind).get_or_insert_with(|| Open {
+            reply,
+            kind,
+            id: None,
+            content: String::new(),
+            written: 0,
             mark,
         });
+        open.content.push_str(chunk);
+        self.since.get_or_insert(now);
+    }
+
+    /// Records the id of the message `flush` (a first write) created: later writes of the
+    /// same reply, if it is still open, update that message.
+    pub fn created(&mut self, flush: &Flush, id: String) {
+        if let Some(open) = self
+            .slot(flush.kind)
+            .as_mut()
+            .filter(|o| o.reply == flush.reply)
+        {
+            open.id = Some(id);
+        }
     }
 
     /// Bytes kept in memory and not yet written.
@@ -148,16 +163,15 @@ impl StreamMerge {
         }
     }
 
-    /// The writes owed now, oldest reply first; afterwards nothing is owed.
+    /// The writes owed now, oldest reply first; afterwards nothing is owed. A write without an
+    /// id creates its message: report the id with [`StreamMerge::created`] before the next
+    /// chunk is pushed.
     pub fn take(&mut self) -> Vec<Flush> {
         let mut flushes = std::mem::take(&mut self.closed);
         for open in [&mut self.text, &mut self.thought].into_iter().flatten() {
             if open.unwritten() > 0 {
                 open.written = open.content.len();
-                flushes.push(Flush {
-                    id: open.id.clone(),
-                    content: open.content.clone(),
-                });
+                flushes.push(open.flush());
             }
         }
         self.since = None;
@@ -170,56 +184,89 @@ mod tests {
     use super::*;
     use MessageKind::*;
 
+    /// The writes `take` gives, as `(id, kind, content)`; each first write "creates" its
+    /// message as `m<reply>`.
+    fn take(m: &mut StreamMerge) -> Vec<(Option<String>, MessageKind, String)> {
+        let flushes = m.take();
+        for f in flushes.iter().filter(|f| f.id.is_none()) {
+            m.created(f, format!("m{}", f.reply));
+        }
+        flushes
+            .into_iter()
+            .map(|f| (f.id, f.kind, f.content))
+            .collect()
+    }
+
+    fn w(
+        id: Option<&str>,
+        kind: MessageKind,
+        content: &str,
+    ) -> (Option<String>, MessageKind, String) {
+        (id.map(str::to_string), kind, content.to_string())
+    }
+
     #[test]
-    fn chunks_of_one_reply_become_one_message_written_once() {
+    fn chunks_of_one_reply_become_one_message_created_by_one_write() {
         let now = Instant::now();
         let mut m = StreamMerge::default();
-        assert_eq!(m.push(Text, "Hel", 0, now), Chunk::New("Hel".into()));
-        m.opened(Text, "m1".into(), "Hel".into(), 0);
         assert!(!m.owes());
-        assert_eq!(m.push(Text, "lo", 0, now), Chunk::Buffered);
-        assert_eq!(m.push(Text, "!", 0, now), Chunk::Buffered);
+        m.push(Text, "Hel", 0, now);
+        m.push(Text, "lo", 0, now);
+        m.push(Text, "!", 0, now);
         assert_eq!(m.due(), Some(now + FLUSH_INTERVAL));
-        assert_eq!(
-            m.take(),
-            vec![Flush {
-                id: "m1".into(),
-                content: "Hello!".into()
-            }]
-        );
+        assert_eq!(take(&mut m), vec![w(None, Text, "Hello!")]);
         assert_eq!(m.due(), None);
-        assert!(m.take().is_empty());
+        assert!(take(&mut m).is_empty());
+        // More of the same reply updates the message it created.
+        m.push(Text, " Bye.", 0, now);
+        assert_eq!(take(&mut m), vec![w(Some("m1"), Text, "Hello! Bye.")]);
         // Thoughts stream separately.
-        assert_eq!(m.push(Thinking, "hmm", 0, now), Chunk::New("hmm".into()));
+        m.push(Thinking, "hmm", 0, now);
+        assert_eq!(take(&mut m), vec![w(None, Thinking, "hmm")]);
     }
 
     #[test]
     fn a_row_written_elsewhere_ends_the_reply_and_keeps_what_it_owes() {
         let now = Instant::now();
         let mut m = StreamMerge::default();
-        m.opened(Text, "m1".into(), "Before".into(), 3);
-        assert_eq!(m.push(Text, " more", 3, now), Chunk::Buffered);
-        // A question (mark 4) entered the transcript: the old reply is owed at once.
-        assert_eq!(m.push(Text, " after", 4, now), Chunk::New(" after".into()));
+        m.push(Text, "Before", 3, now);
+        assert_eq!(take(&mut m), vec![w(None, Text, "Before")]);
+        m.push(Text, " more", 3, now);
+        // A question (mark 4) entered the transcript: the old reply is owed at once, and
+        // what follows is a new message.
+        m.push(Text, " after", 4, now);
         assert_eq!(m.due(), Some(now));
         assert_eq!(
-            m.take(),
-            vec![Flush {
-                id: "m1".into(),
-                content: "Before more".into()
-            }]
+            take(&mut m),
+            vec![w(Some("m1"), Text, "Before more"), w(None, Text, " after")]
         );
-        m.opened(Text, "m2".into(), " after".into(), 4);
         m.break_here();
         assert!(!m.owes(), "nothing unwritten: breaking owes nothing");
-        assert_eq!(m.push(Text, "x", 4, now), Chunk::New("x".into()));
+        m.push(Text, "x", 4, now);
+        assert_eq!(take(&mut m), vec![w(None, Text, "x")]);
+    }
+
+    /// Two replies created by the same flush (the first ended before its first write): each
+    /// id goes to its own reply, so the open one never updates the ended one's message.
+    #[test]
+    fn replies_created_in_one_flush_keep_their_own_messages() {
+        let now = Instant::now();
+        let mut m = StreamMerge::default();
+        m.push(Text, "Short", 0, now);
+        m.push(Text, "Next", 1, now);
+        assert_eq!(m.due(), Some(now));
+        assert_eq!(
+            take(&mut m),
+            vec![w(None, Text, "Short"), w(None, Text, "Next")]
+        );
+        m.push(Text, " more", 1, now);
+        assert_eq!(take(&mut m), vec![w(Some("m2"), Text, "Next more")]);
     }
 
     #[test]
     fn a_large_backlog_is_due_at_once() {
         let now = Instant::now();
         let mut m = StreamMerge::default();
-        m.opened(Text, "m1".into(), String::new(), 0);
         let chunk = "x".repeat(1024);
         for _ in 0..(FLUSH_BYTES / 1024 - 1) {
             m.push(Text, &chunk, 0, now);

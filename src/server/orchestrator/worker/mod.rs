@@ -378,8 +378,10 @@ impl Worker {
                 }
             }
             Command::Sync { reply } => {
-                // What the agent sent before this point is taken first (`sync`).
+                // What the agent sent before this point is taken and written first (`sync`):
+                // a reply's message exists before the question that follows it.
                 self.take_until_mark().await;
+                self.flush_stream().await;
                 let _ = reply.send(());
             }
             Command::Fence => {

@@ -5,20 +5,38 @@ use super::Worker;
 use crate::model::{AppError, MessageAuthor, MessageKind};
 use crate::server::agents::{self, AgentEvent};
 use crate::server::orchestrator::publish;
-use crate::server::orchestrator::stream::Chunk;
 use crate::server::repo::{NewMessage, NewPermissionRequest};
 use tokio::time::Instant;
 
 impl Worker {
-    /// Writes and publishes what streamed replies have in memory.
+    /// Writes and publishes what streamed replies have in memory: a reply's first write
+    /// creates its message, later ones update it.
     pub(super) async fn flush_stream(&mut self) {
         for flush in self.stream.take() {
+            let Some(id) = flush.id.clone() else {
+                match self
+                    .append(
+                        MessageAuthor::Agent,
+                        flush.kind,
+                        flush.content.clone(),
+                        None,
+                    )
+                    .await
+                {
+                    Ok(Some(id)) => self.stream.created(&flush, id),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::error!(session_id = %self.session_id, error = %e, "cannot record agent output")
+                    }
+                }
+                continue;
+            };
             // P9: reserved before the write whose statement reads the P1 the event carries.
             let revision = self.state.next_pending_revision().await;
             match self
                 .state
                 .repo
-                .update_message_content(&flush.id, &flush.content, self.state.clock.now())
+                .update_message_content(&id, &flush.content, self.state.clock.now())
                 .await
             {
                 Ok(Some(m)) => publish::message_written(
@@ -96,8 +114,8 @@ impl Worker {
         Ok(Some(m.message.id))
     }
 
-    /// Coalesces streamed chunks into one message per reply; the first chunk is written at
-    /// once, the rest when due (`stream.rs`).
+    /// Coalesces streamed chunks into one message per reply, written when due
+    /// (`stream.rs`).
     pub(super) async fn stream(
         &mut self,
         kind: MessageKind,
@@ -108,16 +126,7 @@ impl Worker {
             .run(crate::server::hooks::Point::StreamChunk, &self.session_id)
             .await;
         let mark = self.state.runtime.counters.foreign_rows(&self.session_id);
-        if let Chunk::New(content) = self.stream.push(kind, &chunk, mark, Instant::now()) {
-            // Replies that just ended are written before the new one begins.
-            self.flush_stream().await;
-            if let Some(id) = self
-                .append(MessageAuthor::Agent, kind, content.clone(), None)
-                .await?
-            {
-                self.stream.opened(kind, id, content, mark);
-            }
-        }
+        self.stream.push(kind, &chunk, mark, Instant::now());
         Ok(())
     }
 
