@@ -18,6 +18,7 @@
 //!     cargo bench --bench server -- --quick     # N = 2,000
 //!     … -- --json target/bench/server.json
 //!     … -- --b3-only                        # B3 with the agents in process, nothing else
+//!     … -- --b3-processes                   # B3 with the agents as processes (their CPU too)
 
 mod common;
 
@@ -57,6 +58,31 @@ fn cpu_time(pid: &str) -> Duration {
         .filter_map(|t| t.parse::<u64>().ok())
         .sum();
     Duration::from_millis(ticks * 10)
+}
+
+/// CPU time (user + system) of the living children of process `parent`: the agents of a
+/// server that runs them as processes.
+fn children_cpu(parent: &str) -> Duration {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Duration::ZERO;
+    };
+    let mut total = Duration::ZERO;
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        // After the command name: state, then the parent's pid.
+        if rest.split_whitespace().nth(1) == Some(parent) {
+            total += cpu_time(pid);
+        }
+    }
+    total
 }
 
 /// VmRSS of process `pid` in KB (`None` once it is gone).
@@ -423,7 +449,11 @@ async fn asks_in_one_turn(
     }
     let mut times = Vec::with_capacity(sessions * asks);
     let server_pid = server.child.id().unwrap().to_string();
-    let cpu_before = (cpu_time(&server_pid), cpu_time("self"));
+    let cpu_before = (
+        cpu_time(&server_pid),
+        cpu_time("self"),
+        children_cpu(&server_pid),
+    );
     let writer_before = (writer_usage(&client, &server.base).await, Instant::now());
     let (mut first, mut end) = (None::<Instant>, Instant::now());
     let mut next_slot = Instant::now();
@@ -470,6 +500,7 @@ async fn asks_in_one_turn(
     let round_trips = times.len() as u32;
     let server_cpu = (cpu_time(&server_pid) - cpu_before.0) / round_trips;
     let client_cpu = (cpu_time("self") - cpu_before.1) / round_trips;
+    let agents_cpu = children_cpu(&server_pid).saturating_sub(cpu_before.2) / round_trips;
     let writer = match (writer_before.0, writer_usage(&client, &server.base).await) {
         (Some((uses0, busy0)), Some((uses1, busy1))) => Some(WriterUse {
             uses_per_round_trip: (uses1 - uses0) / f64::from(round_trips),
@@ -484,6 +515,7 @@ async fn asks_in_one_turn(
         times,
         server_cpu,
         client_cpu,
+        agents_cpu,
         writer,
     }
 }
@@ -527,6 +559,8 @@ struct AskRun {
     server_cpu: Duration,
     /// CPU time of this listener per round trip: it shares the machine's cores with the server.
     client_cpu: Duration,
+    /// CPU time of the agents per round trip when they are the server's child processes.
+    agents_cpu: Duration,
     /// SQLite's write connection over the run.
     writer: Option<WriterUse>,
 }
@@ -627,6 +661,24 @@ async fn main() {
         let mut results = json!({});
         b3_results(&mut results, &b3, asks);
         args.write_json(&results);
+        common::clean_up().await;
+        return;
+    }
+    // `--b3-processes`: B3 with the agents as processes alone (the mock agent's own cost).
+    if std::env::args().any(|a| a == "--b3-processes") {
+        let server = Server::start(&common::fresh_database("sqlite", "processes").await).await;
+        let run = asks_in_one_turn(&server, 50, asks, Answers::AtOnce).await;
+        println!(
+            "| B3 | sqlite: 50 agents as processes, answered at once, {} asks in one turn | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms; CPU per round trip: server {:.0} µs, agents {:.0} µs, listener {:.0} µs | — | — |",
+            asks - 1,
+            run.rate,
+            pct(&run.times, 0.5),
+            pct(&run.times, 0.99),
+            run.server_cpu.as_secs_f64() * 1e6,
+            run.agents_cpu.as_secs_f64() * 1e6,
+            run.client_cpu.as_secs_f64() * 1e6,
+        );
+        drop(server);
         common::clean_up().await;
         return;
     }

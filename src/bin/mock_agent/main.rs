@@ -3,7 +3,9 @@
 
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
-#[tokio::main]
+/// One thread: the agent serves one session, and its ACP stream and MCP calls are ordered by
+/// the server's marks, not by thread timing (decision 0033).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> agent_client_protocol::Result<()> {
     turnstile::mock_agent::serve(
         tokio::io::stdin().compat(),
