@@ -21,6 +21,7 @@ both_http!(
     a_reply_whose_last_chunk_arrives_after_its_question_stays_one_message,
     a_reply_chunk_still_in_the_agents_stream_when_its_question_arrives_stays_before_it,
     l7_a_live_answer_moves_the_session_back_to_running_once,
+    remembered_questions_never_decide_whether_a_question_is_answerable,
 );
 
 async fn session_state(api: &Api, task: &str, session: &str) -> Value {
@@ -1064,5 +1065,78 @@ async fn l7_a_live_answer_moves_the_session_back_to_running_once(url: String) {
     }
     assert_eq!(running.len(), 1, "one move back per answer: {running:?}");
     assert_eq!(running[0]["pending_action"], Value::Null, "{}", running[0]);
+    server.stop().await;
+}
+
+/// B3: an answer validates against the questions this server remembers from the ask (L12,
+/// without reading the bundle back); whether the question may still be answered is the
+/// claim's to say (L13/L14), never the memory's. A bad answer gets 400 and writes nothing; a
+/// won claim forgets the questions; a deleted task's question gets 404 although its questions
+/// were remembered.
+async fn remembered_questions_never_decide_whether_a_question_is_answerable(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let remembered = |p: &str| server.state.runtime.questions.get(p).is_some();
+    let (_task, session) = api.start_task("/e2e:clarification").await;
+    let pending = api.pending_id(&session).await;
+    assert!(remembered(&pending), "the ask remembers its questions");
+    let (status, body) = api
+        .respond(
+            &pending,
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["oracle"] }] }),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("oracle"),
+        "{body}"
+    );
+    assert_eq!(api.pending_id(&session).await, pending, "nothing written");
+    let (status, body) = api
+        .respond(
+            &pending,
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["postgresql"] }] }),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), body["claimed"].as_bool()),
+        (200, Some(true)),
+        "{body}"
+    );
+    assert!(!remembered(&pending), "a won claim forgets the questions");
+    // Answered again: the bundle is read, and the answer loses to the first (L14).
+    let (status, body) = api
+        .respond(
+            &pending,
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), body["claimed"].as_bool()),
+        (200, Some(false)),
+        "{body}"
+    );
+    api.wait_turns_done(&session, 1).await;
+
+    let (task, session) = api.start_task("/e2e:clarification").await;
+    let pending = api.pending_id(&session).await;
+    assert!(remembered(&pending));
+    let r = api
+        .client
+        .delete(server.url(&format!("/api/v1/tasks/{task}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let (status, body) = api
+        .respond(
+            &pending,
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["postgresql"] }] }),
+        )
+        .await;
+    assert_eq!(status, 404, "{body}");
     server.stop().await;
 }

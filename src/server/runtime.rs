@@ -2,14 +2,14 @@
 //! calls, the waiting permission requests, which agents run, and small per-session counters.
 //! Truth stays in the database; nothing here needs to survive a restart.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::model::Response;
+use crate::model::{Question, Response};
 use crate::server::agents::AgentError;
 
 #[derive(Clone, Debug)]
@@ -245,6 +245,72 @@ pub struct Runtime {
     /// server's (PostgreSQL); the heartbeat checks they still are.
     pub owned: Slots<()>,
     pub counters: SessionCounters,
+    /// The questions of bundles asked here, for answers to validate against (B3).
+    pub questions: QuestionCache,
+}
+
+/// Bundles a [`QuestionCache`] keeps; beyond it the oldest go first.
+const CACHED_BUNDLES: usize = 4096;
+
+/// The questions of bundles this server wrote, by pending id: an answer validates against
+/// them (L12) without reading its bundle back (B3: one read less per answer). A bundle's
+/// questions never change once written, and whether it can still be answered is always
+/// decided by the claim's compare-and-set, never by this cache; a miss reads the bundle.
+#[derive(Default)]
+pub struct QuestionCache {
+    inner: Mutex<Remembered>,
+}
+
+#[derive(Default)]
+struct Remembered {
+    by_id: HashMap<String, Arc<Vec<Question>>>,
+    /// Pending ids, oldest first (forgotten ones until they reach the front).
+    order: VecDeque<String>,
+}
+
+impl QuestionCache {
+    pub fn put(&self, pending_id: &str, questions: Arc<Vec<Question>>) {
+        let mut guard = self.inner.lock().expect("question cache lock");
+        let Remembered { by_id: map, order } = &mut *guard;
+        while map.len() >= CACHED_BUNDLES {
+            match order.pop_front() {
+                Some(oldest) => {
+                    map.remove(&oldest);
+                }
+                None => break,
+            }
+        }
+        if map.insert(pending_id.to_string(), questions).is_none() {
+            order.push_back(pending_id.to_string());
+        }
+        // Ids forgotten early stay in `order` until they reach its front; never let them pile up.
+        if order.len() > 2 * CACHED_BUNDLES {
+            order.retain(|id| map.contains_key(id));
+        }
+    }
+
+    pub fn get(&self, pending_id: &str) -> Option<Arc<Vec<Question>>> {
+        let guard = self.inner.lock().expect("question cache lock");
+        guard.by_id.get(pending_id).cloned()
+    }
+
+    /// The bundle was answered or rejected here: no answer will need its questions again
+    /// (a late one reads them).
+    pub fn forget(&self, pending_id: &str) {
+        self.inner
+            .lock()
+            .expect("question cache lock")
+            .by_id
+            .remove(pending_id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("question cache lock").by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Runtime {
@@ -257,6 +323,7 @@ impl Runtime {
             workers: Mutex::new(HashMap::new()),
             owned: Slots::default(),
             counters: SessionCounters::default(),
+            questions: QuestionCache::default(),
         }
     }
 }
@@ -264,6 +331,26 @@ impl Runtime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_question_cache_is_bounded_and_forgets_the_oldest_first() {
+        let cache = QuestionCache::default();
+        let questions = Arc::new(Vec::new());
+        for i in 0..CACHED_BUNDLES + 10 {
+            cache.put(&format!("b{i}"), questions.clone());
+        }
+        assert_eq!(cache.len(), CACHED_BUNDLES);
+        assert!(cache.get("b9").is_none(), "the oldest went first");
+        assert!(cache.get("b10").is_some());
+        // Forgotten ids never pile up in the eviction order.
+        for i in 0..3 * CACHED_BUNDLES {
+            let id = format!("c{i}");
+            cache.put(&id, questions.clone());
+            cache.forget(&id);
+        }
+        assert!(cache.inner.lock().unwrap().order.len() <= 2 * CACHED_BUNDLES + 1);
+        assert!(cache.get(&format!("b{}", CACHED_BUNDLES + 9)).is_some());
+    }
 
     #[test]
     fn at_the_cap_the_longest_idle_agent_makes_room() {

@@ -208,6 +208,11 @@ async fn write(
     let superseded = match state.repo.get_bundle(pending_id).await {
         Ok(Some(b)) => {
             publish::bundle(state, publish::BundleEvent::Requested, &b);
+            // As stored: the answer validates against these without reading them again.
+            state
+                .runtime
+                .questions
+                .put(pending_id, std::sync::Arc::new(b.questions.clone()));
             b.is_superseded()
         }
         Ok(None) => false,

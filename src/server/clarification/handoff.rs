@@ -119,7 +119,7 @@ async fn accept(state: &AppState, pending_id: &str) {
     };
     if waiter.send(answer).is_err() {
         // The call ended as the answer arrived: it becomes an owed resume here (L17).
-        let prompt = resume_prompt(&bundle, &response);
+        let prompt = resume_prompt(&bundle.questions, &response);
         match state
             .repo
             .owe_resume(pending_id, &prompt, state.clock.now())

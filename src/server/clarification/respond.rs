@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::handoff::{self, Handoff};
-use crate::model::{Answer, AppError, BundleStatus, Response};
+use crate::model::{Answer, AppError, BundleStatus, Question, Response};
 use crate::server::hooks::Point;
 use crate::server::orchestrator::{forward, publish, workflow};
 use crate::server::repo::{BundleRecord, BundleView, Claim, ClaimOutcome, RepoError};
@@ -37,7 +37,7 @@ pub struct Responded {
 }
 
 /// L12: the response fits the bundle's questions. Nothing is written before this passes.
-pub fn validate(bundle: &BundleView, body: &RespondBody) -> Result<(bool, Vec<Answer>), String> {
+pub fn validate(questions: &[Question], body: &RespondBody) -> Result<(bool, Vec<Answer>), String> {
     let rejected = body.rejected.unwrap_or(false);
     if rejected {
         if body.answers.as_ref().is_some_and(|a| !a.is_empty()) {
@@ -58,7 +58,7 @@ pub fn validate(bundle: &BundleView, body: &RespondBody) -> Result<(bool, Vec<An
         .answers
         .clone()
         .ok_or("give `answers` (one per question) or `rejected: true`")?;
-    for q in &bundle.questions {
+    for q in questions {
         let n = answers.iter().filter(|a| a.question_id == q.id).count();
         if n != 1 {
             return Err(format!(
@@ -68,7 +68,7 @@ pub fn validate(bundle: &BundleView, body: &RespondBody) -> Result<(bool, Vec<An
         }
     }
     for a in &answers {
-        let Some(q) = bundle.questions.iter().find(|q| q.id == a.question_id) else {
+        let Some(q) = questions.iter().find(|q| q.id == a.question_id) else {
             return Err(format!("unknown question id {:?}", a.question_id));
         };
         for (i, o) in a.selected_options.iter().enumerate() {
@@ -99,6 +99,22 @@ pub fn validate(bundle: &BundleView, body: &RespondBody) -> Result<(bool, Vec<An
     Ok((false, answers))
 }
 
+/// The questions of `pending_id`: remembered from its ask on this server, or read.
+async fn questions_of(
+    state: &AppState,
+    pending_id: &str,
+) -> Result<std::sync::Arc<Vec<Question>>, AppError> {
+    if let Some(questions) = state.runtime.questions.get(pending_id) {
+        return Ok(questions);
+    }
+    let bundle = state
+        .repo
+        .get_bundle(pending_id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("clarification {pending_id}")))?;
+    Ok(std::sync::Arc::new(bundle.questions))
+}
+
 pub(super) fn stored_response(r: &BundleRecord) -> Option<Response> {
     r.response
         .as_deref()
@@ -110,12 +126,8 @@ pub async fn respond(
     pending_id: &str,
     body: RespondBody,
 ) -> Result<Responded, AppError> {
-    let bundle = state
-        .repo
-        .get_bundle(pending_id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("clarification {pending_id}")))?;
-    let (rejected, answers) = validate(&bundle, &body).map_err(AppError::BadRequest)?;
+    let questions = questions_of(state, pending_id).await?;
+    let (rejected, answers) = validate(&questions, &body).map_err(AppError::BadRequest)?;
     let now = state.clock.now();
     let response = Response {
         pending_id: pending_id.to_string(),
@@ -141,6 +153,8 @@ pub async fn respond(
         Ok(record) => record,
         Err(lost) => return Ok(lost),
     };
+    // Resolved (until an undo makes it pending again; an answer then reads its questions).
+    state.runtime.questions.forget(pending_id);
     let won = Responded {
         claimed: true,
         status: claim.status,
@@ -190,7 +204,7 @@ pub async fn respond(
                         delivery_pending: false,
                         ..record.clone()
                     },
-                    questions: bundle.questions.clone(),
+                    questions: questions.to_vec(),
                     active: false,
                 };
                 publish::bundle(state, action, &answered);
@@ -241,7 +255,7 @@ pub async fn respond(
                 .repo
                 .owe_resume(
                     pending_id,
-                    &resume_prompt(&bundle, answered),
+                    &resume_prompt(&questions, answered),
                     state.clock.now(),
                 )
                 .await
@@ -367,11 +381,10 @@ async fn undo(state: &AppState, record: &BundleRecord, cause: String, how: Undo)
 }
 
 /// The resume prompt (L17): the question and the answer, as one prompt.
-pub fn resume_prompt(bundle: &BundleView, response: &Response) -> String {
+pub fn resume_prompt(questions: &[Question], response: &Response) -> String {
     let mut lines = vec![RESUME_MARKER.to_string()];
     for a in &response.answers {
-        let question = bundle
-            .questions
+        let question = questions
             .iter()
             .find(|q| q.id == a.question_id)
             .map(|q| q.prompt.as_str())
