@@ -1080,6 +1080,18 @@ async fn remembered_questions_never_decide_whether_a_question_is_answerable(url:
     let (_task, session) = api.start_task("/e2e:clarification").await;
     let pending = api.pending_id(&session).await;
     assert!(remembered(&pending), "the ask remembers its questions");
+    // Exactly as stored (the event and the remembered questions are built from the ask, not
+    // read back), also for questions with titles, descriptions and several options.
+    for pending in [
+        pending.clone(),
+        api.pending_id(&api.start_task("/e2e:clarification-multi").await.1)
+            .await,
+    ] {
+        let (_, stored) = api.get(&format!("/api/v1/clarifications/{pending}")).await;
+        let cached = server.state.runtime.questions.get(&pending).unwrap();
+        assert_eq!(stored["questions"], serde_json::to_value(&*cached).unwrap());
+        assert!(!stored["questions"].as_array().unwrap().is_empty());
+    }
     let (status, body) = api
         .respond(
             &pending,

@@ -10,7 +10,7 @@ use super::ask::{Ask, tool_output};
 use crate::model::{AppError, SessionState};
 use crate::server::orchestrator::superseded::SUPERSEDED;
 use crate::server::orchestrator::{publish, sessions};
-use crate::server::repo::{NewAsk, RepoResult, SessionRecord};
+use crate::server::repo::{BundleView, NewAsk, RepoResult, SessionRecord};
 use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
 
@@ -174,8 +174,8 @@ enum Written {
 
 /// L6/L7: bundle, questions, transcript message and the session's `waiting_for_input` in one
 /// transaction guarded by the current turn; published after the commit, the state first, so
-/// nobody sees the question before the session waits. The bundle is read back once, after the
-/// commit, for its event and to tell whether it is already superseded.
+/// nobody sees the question before the session waits. After the commit one slim read tells
+/// whether the bundle is already superseded; its event is built from what was written.
 async fn write(
     state: &AppState,
     session: &SessionRecord,
@@ -205,19 +205,25 @@ async fn write(
         .hooks
         .run(crate::server::hooks::Point::AskWritten, pending_id)
         .await;
-    let superseded = match state.repo.get_bundle(pending_id).await {
-        Ok(Some(b)) => {
-            publish::bundle(state, publish::BundleEvent::Requested, &b);
-            // As stored: the answer validates against these without reading them again.
-            state
-                .runtime
-                .questions
-                .put(pending_id, std::sync::Arc::new(b.questions.clone()));
-            b.is_superseded()
+    // The bundle as written (the insert returned its row; its questions are the ones just
+    // stored) and whether it is still active now (L5: a newer turn may have superseded it
+    // since the commit): one slim read instead of reading the whole bundle back.
+    let questions = std::sync::Arc::new(ask.questions.clone());
+    let superseded = match state.repo.is_bundle_active(pending_id).await {
+        Ok(Some(active)) => {
+            let view = BundleView {
+                record: written.bundle,
+                questions: questions.to_vec(),
+                active,
+            };
+            publish::bundle(state, publish::BundleEvent::Requested, &view);
+            // The answer validates against these without reading them (decision 0034).
+            state.runtime.questions.put(pending_id, questions);
+            view.is_superseded()
         }
         Ok(None) => false,
         Err(e) => {
-            tracing::warn!(pending_id, error = %e, "cannot re-read the bundle for its event");
+            tracing::warn!(pending_id, error = %e, "cannot check the new bundle's activity");
             false
         }
     };

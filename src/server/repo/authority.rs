@@ -79,6 +79,8 @@ pub struct AuthoritySql {
     bundle_with_activity_sqlite: String,
     bundle_with_activity_postgres: String,
     pub count_active: String,
+    /// Whether one bundle is active (L2), nothing else; `$1` is the pending id.
+    pub bundle_active: String,
     pending_actions_sqlite: String,
     pending_actions_postgres: String,
     task_sessions_sqlite: String,
@@ -292,6 +294,10 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
         bundle_with_activity_postgres: bundle_with_activity(Backend::Postgres),
         count_active: format!(
             "SELECT COUNT(*) FROM clarification_bundles b WHERE b.status = 'pending' AND {}",
+            bundle_is_active("b")
+        ),
+        bundle_active: format!(
+            "SELECT {} AS active FROM clarification_bundles b WHERE b.pending_id = $1",
             bundle_is_active("b")
         ),
         pending_actions_sqlite: pending_actions(Backend::Sqlite),

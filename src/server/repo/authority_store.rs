@@ -54,6 +54,10 @@ pub trait AuthorityStore: Send + Sync {
     /// L2 over every session (for `/metrics`).
     async fn count_active_bundles(&self) -> RepoResult<i64>;
 
+    /// L2 for one bundle, without its questions: `None` when it does not exist (an ask's
+    /// check, right after its commit, that no newer turn superseded it, L5).
+    async fn is_bundle_active(&self, pending_id: &str) -> RepoResult<Option<bool>>;
+
     async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleView>>;
 
     /// Every session of the given tasks with its P1 pending action, in one query (the
@@ -129,6 +133,13 @@ where
     async fn count_active_bundles(&self) -> RepoResult<i64> {
         Ok(sqlx::query_scalar::<DB, i64>(SQL.count_active.as_str())
             .fetch_one(&mut *self.reader().await?)
+            .await?)
+    }
+
+    async fn is_bundle_active(&self, pending_id: &str) -> RepoResult<Option<bool>> {
+        Ok(sqlx::query_scalar::<DB, bool>(SQL.bundle_active.as_str())
+            .bind(pending_id)
+            .fetch_optional(&mut *self.reader().await?)
             .await?)
     }
 
