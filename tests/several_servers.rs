@@ -305,11 +305,24 @@ async fn i3_an_answer_given_on_another_server_reaches_the_waiting_agent_once(url
     let (task, session) = api_a.start_task("/e2e:clarification").await;
     next_frame(&mut on_b, summary_of(&task, json!("clarification"))).await;
     let pending = api_a.pending_id(&session).await;
+    let mut on_a = a.state.hub.subscribe();
 
     let (status, body) = Api::new(&c.base)
         .respond(&pending, answer("postgresql"))
         .await;
     assert_eq!((status.as_u16(), &body["claimed"]), (200, &json!(true)));
+    // L7 on the agent's server: the session runs again once, with the hand-off's delivery
+    // record (decision 0032), before the turn ends.
+    let moved = support::next_event(&mut on_a, |e| {
+        e.session_id.as_deref() == Some(session.as_str()) && e.action == "session.state_changed"
+    })
+    .await;
+    assert_eq!(
+        moved.payload["session"]["state"], "running",
+        "{}",
+        moved.payload
+    );
+    assert_eq!(moved.payload["session"]["pending_action"], Value::Null);
     next_frame(&mut on_b, summary_of(&task, Value::Null)).await;
     let turns = api_a.wait_turns_done(&session, 1).await;
     assert_eq!(

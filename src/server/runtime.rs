@@ -94,12 +94,9 @@ impl<T> Slots<T> {
 /// registers again and keeps waiting.
 #[derive(Debug)]
 pub enum WaiterMsg {
-    /// L15: the answer (or the rejection); `session_running`: the responder already moved
-    /// the session back to `running` with the delivery (and published it).
-    Answer {
-        response: Response,
-        session_running: bool,
-    },
+    /// L15: the answer (or the rejection). The responder has already moved the session back
+    /// to `running` with the delivery record, and published it (decision 0032).
+    Answer { response: Response },
     /// The wait is over without an answer: an identical call took it over (L8), or a newer
     /// turn superseded the question (L5).
     Ended(&'static str),

@@ -7,9 +7,9 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::ask::{Ask, tool_output};
-use crate::model::{AppError, SessionState};
+use crate::model::AppError;
+use crate::server::orchestrator::publish;
 use crate::server::orchestrator::superseded::SUPERSEDED;
-use crate::server::orchestrator::{publish, sessions};
 use crate::server::repo::{BundleView, NewAsk, RepoResult, SessionRecord};
 use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
@@ -93,10 +93,8 @@ where
     let stop_reason = loop {
         tokio::select! {
             message = &mut rx => match message {
-                Ok(WaiterMsg::Answer { response, session_running }) => {
-                    if !session_running {
-                        mark(state, &session.id, SessionState::Running).await;
-                    }
+                // The responder moved the session back to `running` with the delivery.
+                Ok(WaiterMsg::Answer { response }) => {
                     return AskOutcome::Answered(tool_output(&response));
                 }
                 Ok(WaiterMsg::Ended(reason)) => return AskOutcome::Ended(reason),
@@ -119,14 +117,8 @@ where
     // Exactly one of {respond, cancel, timeout} wins the waiter: if a responder already took
     // it, its answer is in flight and this call still delivers it.
     if state.runtime.waiters.take(&pending_id).is_none()
-        && let Ok(WaiterMsg::Answer {
-            response,
-            session_running,
-        }) = rx.await
+        && let Ok(WaiterMsg::Answer { response }) = rx.await
     {
-        if !session_running {
-            mark(state, &session.id, SessionState::Running).await;
-        }
         return AskOutcome::Answered(tool_output(&response));
     }
     match state.repo.detach_bundle(&pending_id).await {
@@ -142,12 +134,6 @@ where
         Err(e) => tracing::warn!(error = %e, pending_id, "detach failed"),
     }
     AskOutcome::Detached(stop_reason)
-}
-
-async fn mark(state: &AppState, session_id: &str, to: SessionState) {
-    if let Err(e) = sessions::set_state(state, session_id, to).await {
-        tracing::warn!(error = %e, session_id, %to, "cannot change the session state");
-    }
 }
 
 /// L8: the identical active bundle of this session, if any.

@@ -81,13 +81,26 @@ async fn accept(state: &AppState, pending_id: &str) {
     let Some(waiter) = state.runtime.waiters.take(pending_id) else {
         return;
     };
+    // P9: reserved before the write whose session row the state event carries.
+    let revision = state.next_pending_revision().await;
     let accepted = match state.hooks.check(Point::Finalize) {
-        Ok(()) => state.repo.accept_handoff(pending_id).await,
+        Ok(()) => {
+            state
+                .repo
+                .accept_handoff(pending_id, state.clock.now())
+                .await
+        }
         Err(e) => Err(e),
     };
     match accepted {
-        Ok(true) => {}
-        Ok(false) => {
+        // The session runs again with the delivery, as for an answer given here (decision
+        // 0032): the waiting call does not write it.
+        Ok(Some(moved)) => {
+            if let Some(session) = &moved {
+                publish::session_state_written(state, session, revision);
+            }
+        }
+        Ok(None) => {
             let _ = waiter.send(WaiterMsg::Ended(WITHDRAWN));
             return;
         }
@@ -115,7 +128,6 @@ async fn accept(state: &AppState, pending_id: &str) {
     };
     let answer = WaiterMsg::Answer {
         response: response.clone(),
-        session_running: false,
     };
     if waiter.send(answer).is_err() {
         // The call ended as the answer arrived: it becomes an owed resume here (L17).

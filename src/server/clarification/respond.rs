@@ -190,10 +190,7 @@ pub async fn respond(
         if let Some(session) = &running {
             publish::session_state_written(state, session, revision);
         }
-        let answer = WaiterMsg::Answer {
-            response,
-            session_running: true,
-        };
+        let answer = WaiterMsg::Answer { response };
         match waiter.send(answer) {
             Ok(()) => {
                 // The committed state, without reading it back: the claim returned the row,

@@ -85,8 +85,14 @@ pub trait OutboxStore: Send + Sync {
     async fn offer_handoff(&self, pending_id: &str, at: Micros) -> RepoResult<()>;
 
     /// The holder takes an offered answer and, in the same transaction, records its delivery
-    /// (as `finalize_delivery`): `false` when it was withdrawn first.
-    async fn accept_handoff(&self, pending_id: &str) -> RepoResult<bool>;
+    /// (as `finalize_delivery`) and moves the bundle's session back to `running` (as
+    /// [`OutboxStore::record_live_delivery`], decision 0032). `None` when it was withdrawn
+    /// first; else the session as moved, if it moved.
+    async fn accept_handoff(
+        &self,
+        pending_id: &str,
+        at: Micros,
+    ) -> RepoResult<Option<Option<SessionRecord>>>;
 
     /// The offering server takes its offer back: `false` when the holder accepted it first.
     async fn withdraw_handoff(&self, pending_id: &str) -> RepoResult<bool>;
@@ -314,7 +320,11 @@ where
         Ok(())
     }
 
-    async fn accept_handoff(&self, pending_id: &str) -> RepoResult<bool> {
+    async fn accept_handoff(
+        &self,
+        pending_id: &str,
+        at: Micros,
+    ) -> RepoResult<Option<Option<SessionRecord>>> {
         let mut tx = self.write_tx().await?;
         let done = sqlx::query::<DB>(
             "UPDATE answer_handoffs SET state = 'delivered' WHERE pending_id = $1 AND state = 'offered'",
@@ -323,14 +333,20 @@ where
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
-            return Ok(false);
+            return Ok(None);
         }
-        sqlx::query::<DB>(DELIVERY_RECORDED)
-            .bind(pending_id)
-            .execute(&mut *tx)
-            .await?;
+        // The bundle row, then its session's (decision 0028's lock order).
+        let session_id =
+            sqlx::query_scalar::<DB, String>(stmt!("{DELIVERY_RECORDED} RETURNING session_id"))
+                .bind(pending_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let session = match session_id {
+            Some(id) => move_session(&mut *tx, &id, SessionState::Running, at).await?,
+            None => None,
+        };
         tx.commit().await?;
-        Ok(true)
+        Ok(Some(session))
     }
 
     async fn withdraw_handoff(&self, pending_id: &str) -> RepoResult<bool> {
