@@ -3,9 +3,11 @@
 
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
-/// One thread: the agent serves one session, and its ACP stream and MCP calls are ordered by
-/// the server's marks, not by thread timing (decision 0033).
-#[tokio::main(flavor = "current_thread")]
+/// Multi-threaded on purpose: its stdout is written by a separate task (through tokio's
+/// blocking pool) while its MCP calls go out on a socket. On one thread the HTTP call can leave
+/// before the reply chunks it follows have been written at all, which no server-side ordering
+/// can repair (seen in the e2e suite, seventeenth session: docs/performance.md).
+#[tokio::main]
 async fn main() -> agent_client_protocol::Result<()> {
     turnstile::mock_agent::serve(
         tokio::io::stdin().compat(),
