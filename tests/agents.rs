@@ -1077,15 +1077,20 @@ async fn remembered_questions_never_decide_whether_a_question_is_answerable(url:
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
     let remembered = |p: &str| server.state.runtime.questions.get(p).is_some();
+    let mut events = server.state.hub.subscribe();
     let (_task, session) = api.start_task("/e2e:clarification").await;
-    let pending = api.pending_id(&session).await;
+    let pending = asked(&mut events, &session).await;
+    assert_eq!(api.pending_id(&session).await, pending);
     assert!(remembered(&pending), "the ask remembers its questions");
     // Exactly as stored (the event and the remembered questions are built from the ask, not
     // read back), also for questions with titles, descriptions and several options.
     for pending in [
         pending.clone(),
-        api.pending_id(&api.start_task("/e2e:clarification-multi").await.1)
-            .await,
+        asked(
+            &mut events,
+            &api.start_task("/e2e:clarification-multi").await.1,
+        )
+        .await,
     ] {
         let (_, stored) = api.get(&format!("/api/v1/clarifications/{pending}")).await;
         let cached = server.state.runtime.questions.get(&pending).unwrap();
@@ -1134,7 +1139,7 @@ async fn remembered_questions_never_decide_whether_a_question_is_answerable(url:
     api.wait_turns_done(&session, 1).await;
 
     let (task, session) = api.start_task("/e2e:clarification").await;
-    let pending = api.pending_id(&session).await;
+    let pending = asked(&mut events, &session).await;
     assert!(remembered(&pending));
     let r = api
         .client
@@ -1151,4 +1156,20 @@ async fn remembered_questions_never_decide_whether_a_question_is_answerable(url:
         .await;
     assert_eq!(status, 404, "{body}");
     server.stop().await;
+}
+
+/// The pending id of the next `clarification.requested` of `session` (published after its
+/// questions are remembered).
+async fn asked(
+    events: &mut tokio::sync::broadcast::Receiver<turnstile::server::events::Event>,
+    session: &str,
+) -> String {
+    support::next_event(events, |e| {
+        e.session_id.as_deref() == Some(session) && e.action == "clarification.requested"
+    })
+    .await
+    .payload["bundle"]["pending_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }

@@ -202,9 +202,10 @@ async fn write(
                 questions: questions.to_vec(),
                 active,
             };
-            publish::bundle(state, publish::BundleEvent::Requested, &view);
-            // The answer validates against these without reading them (decision 0034).
+            // The answer validates against these without reading them (decision 0034);
+            // remembered before anyone hears of the question, so a prompt answer finds them.
             state.runtime.questions.put(pending_id, questions);
+            publish::bundle(state, publish::BundleEvent::Requested, &view);
             view.is_superseded()
         }
         Ok(None) => false,
