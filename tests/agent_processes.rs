@@ -107,13 +107,7 @@ async fn an_agent_that_never_speaks_acp_fails_within_the_deadline(url: String) {
         both.iter().all(|p| !process_alive(*p))
     })
     .await;
-    let r = api
-        .client
-        .delete(server.url(&format!("/api/v1/tasks/{task}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    assert_eq!(api.delete(&format!("/api/v1/tasks/{task}")).await, 204);
     server.stop().await;
 }
 

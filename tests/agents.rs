@@ -5,7 +5,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{Api, SHORT_TIMEOUT, TestServer};
+use support::{Api, SHORT_TIMEOUT, TestServer, hold_nth_until};
 
 both_http!(
     scenario_simple_message,
@@ -914,23 +914,7 @@ async fn a_reply_whose_last_chunk_arrives_after_its_question_stays_one_message(u
     use turnstile::server::hooks::Point;
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let chunks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (g, c) = (gate.clone(), chunks.clone());
-    server.state.hooks.set(Point::StreamChunk, move |_| {
-        let first = c.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
-        let g = g.clone();
-        async move {
-            if first {
-                g.acquire().await.expect("gate").forget();
-            }
-        }
-    });
-    let g = gate.clone();
-    server.state.hooks.set(Point::AskSync, move |_| {
-        g.add_permits(1);
-        async {}
-    });
+    hold_nth_until(&server, Point::StreamChunk, 1, Point::AskSync);
     let session = reply_question_answer(&api).await;
     server.state.hooks.clear(Point::StreamChunk);
     server.state.hooks.clear(Point::AskSync);
@@ -948,23 +932,7 @@ async fn a_reply_chunk_still_in_the_agents_stream_when_its_question_arrives_stay
     use turnstile::server::hooks::Point;
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let updates = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (g, u) = (gate.clone(), updates.clone());
-    server.state.hooks.set(Point::AgentUpdate, move |_| {
-        let second = u.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1;
-        let g = g.clone();
-        async move {
-            if second {
-                g.acquire().await.expect("gate").forget();
-            }
-        }
-    });
-    let g = gate.clone();
-    server.state.hooks.set(Point::AwaitMark, move |_| {
-        g.add_permits(1);
-        async {}
-    });
+    hold_nth_until(&server, Point::AgentUpdate, 2, Point::AwaitMark);
     let session = reply_question_answer(&api).await;
     server.state.hooks.clear(Point::AgentUpdate);
     server.state.hooks.clear(Point::AwaitMark);
@@ -1141,13 +1109,7 @@ async fn remembered_questions_never_decide_whether_a_question_is_answerable(url:
     let (task, session) = api.start_task("/e2e:clarification").await;
     let pending = asked(&mut events, &session).await;
     assert!(remembered(&pending));
-    let r = api
-        .client
-        .delete(server.url(&format!("/api/v1/tasks/{task}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    assert_eq!(api.delete(&format!("/api/v1/tasks/{task}")).await, 204);
     let (status, body) = api
         .respond(
             &pending,

@@ -313,13 +313,10 @@ async fn tasks_are_patched_and_deleted(url: String) {
     let busy_id = busy["id"].as_str().unwrap().to_string();
     let session = busy["primary_session_id"].as_str().unwrap().to_string();
     for task in [&id, &busy_id] {
-        let r = api
-            .client
-            .delete(server.url(&format!("/api/v1/tasks/{task}")))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+        assert_eq!(
+            api.delete(&format!("/api/v1/tasks/{task}")).await,
+            StatusCode::NO_CONTENT
+        );
         assert_eq!(
             api.get(&format!("/api/v1/tasks/{task}")).await.0,
             StatusCode::NOT_FOUND
@@ -331,13 +328,10 @@ async fn tasks_are_patched_and_deleted(url: String) {
             .0,
         StatusCode::NOT_FOUND
     );
-    let r = api
-        .client
-        .delete(server.url("/api/v1/tasks/nope"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        api.delete("/api/v1/tasks/nope").await,
+        StatusCode::NOT_FOUND
+    );
     server.stop().await;
 }
 

@@ -300,14 +300,6 @@ impl QuestionCache {
             .by_id
             .remove(pending_id);
     }
-
-    pub fn len(&self) -> usize {
-        self.inner.lock().expect("question cache lock").by_id.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl Runtime {
@@ -336,7 +328,7 @@ mod tests {
         for i in 0..CACHED_BUNDLES + 10 {
             cache.put(&format!("b{i}"), questions.clone());
         }
-        assert_eq!(cache.len(), CACHED_BUNDLES);
+        assert_eq!(cache.inner.lock().unwrap().by_id.len(), CACHED_BUNDLES);
         assert!(cache.get("b9").is_none(), "the oldest went first");
         assert!(cache.get("b10").is_some());
         // Forgotten ids never pile up in the eviction order.

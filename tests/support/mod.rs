@@ -305,6 +305,32 @@ pub async fn next_event(
     }
 }
 
+/// Holds the `n`-th pass (counting from 1) through `hold` until something passes through
+/// `release`: forces one interleaving of two paths. Clear both points when done.
+pub fn hold_nth_until(
+    server: &TestServer,
+    hold: turnstile::server::hooks::Point,
+    n: usize,
+    release: turnstile::server::hooks::Point,
+) {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let passes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let g = gate.clone();
+    server.state.hooks.set(hold, move |_| {
+        let nth = passes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == n;
+        let g = g.clone();
+        async move {
+            if nth {
+                g.acquire().await.expect("gate").forget();
+            }
+        }
+    });
+    server.state.hooks.set(release, move |_| {
+        gate.add_permits(1);
+        async {}
+    });
+}
+
 /// A small REST client for the server under test.
 pub struct Api {
     pub client: reqwest::Client,
@@ -365,6 +391,16 @@ impl Api {
             status,
             serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
         )
+    }
+
+    /// `DELETE path`: its status.
+    pub async fn delete(&self, path: &str) -> reqwest::StatusCode {
+        self.client
+            .delete(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("DELETE")
+            .status()
     }
 
     /// Polls `GET path` until `pred` holds (deadline 20 s, no fixed sleeps between state checks

@@ -163,7 +163,7 @@ pub async fn launch(
                 .await;
             });
             let (our_in, our_out) = tokio::io::split(ours);
-            let (relay, incoming) = relayed(our_in, Box::new(|| 0));
+            let (relay, incoming) = Relay::wrap(our_in, Box::new(|| 0));
             let transport = ByteStreams::new(
                 Box::new(our_out.compat_write()) as Out,
                 Box::new(incoming.compat()) as In,
@@ -185,7 +185,7 @@ pub async fn launch(
                 .map(StderrTail::capture)
                 .unwrap_or_default();
             let unread = relay::unread_in_pipe(std::os::fd::AsRawFd::as_raw_fd(&stdout));
-            let (relay, incoming) = relayed(stdout, unread);
+            let (relay, incoming) = Relay::wrap(stdout, unread);
             let transport = ByteStreams::new(
                 Box::new(stdin.compat_write()) as Out,
                 Box::new(incoming.compat()) as In,
@@ -331,16 +331,6 @@ pub async fn launch(
                 .into())
         }
     }
-}
-
-/// The agent's output through a [`Relay`] (ordering marks): the relay and what the ACP
-/// connection reads.
-fn relayed<R>(source: R, unread: relay::Unread) -> (std::sync::Arc<Relay>, relay::Marked<R>)
-where
-    R: tokio::io::AsyncRead + Unpin,
-{
-    let (relay, reader) = Relay::wrap(source, unread);
-    (std::sync::Arc::new(relay), reader)
 }
 
 /// What runs the agent: a process (its group killed when the connection ends) or, in tests,

@@ -15,6 +15,7 @@
 //! task: the connection's own read loop polls it, so the agent's output costs no extra hop.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
@@ -47,7 +48,7 @@ pub struct Relay {
 impl Relay {
     /// `source` as the ACP connection should read it: the same bytes, with marks put in when
     /// asked for.
-    pub fn wrap<R>(source: R, unread: Unread) -> (Relay, Marked<R>)
+    pub fn wrap<R>(source: R, unread: Unread) -> (Arc<Relay>, Marked<R>)
     where
         R: AsyncRead + Unpin,
     {
@@ -63,11 +64,11 @@ impl Relay {
             at_line_start: true,
             nonce: nonce.clone(),
         };
-        let relay = Relay {
+        let relay = Arc::new(Relay {
             marks,
             next: AtomicU64::new(1),
             nonce,
-        };
+        });
         (relay, reader)
     }
 
