@@ -49,6 +49,7 @@ mod on_postgres {
         n_a_server_whose_session_was_taken_over_stops_its_agent,
         n_a_server_cut_off_from_the_database_stops_its_agents,
         n_a_lone_server_cut_off_from_the_database_keeps_its_agents,
+        p10_a_lone_server_sends_no_events_until_another_says_hello,
     );
 }
 
@@ -927,4 +928,67 @@ impl CutOff {
         )
         .await;
     }
+}
+
+/// B3 on PostgreSQL (decision 0018, amendment): a server alone on its database sends none of
+/// its events (nobody but its own listener would read them). A second server's hello makes it
+/// send again before the newcomer serves anyone (the newcomer waits for its welcome), so the
+/// newcomer's clients see what the first publishes from then on; and the first asks every
+/// server's clients to resync, since what it published alone reached nobody.
+async fn p10_a_lone_server_sends_no_events_until_another_says_hello(url: String) {
+    use sqlx::postgres::PgListener;
+    use turnstile::server::events::bridge::CHANNEL;
+    let a = server(&url, "a").await;
+    let peers = || a.state.hub.peers().expect("the bridge");
+    support::until("server a to find itself alone", async || peers().alone()).await;
+    let mut channel = PgListener::connect(&url).await.unwrap();
+    channel.listen(CHANNEL).await.unwrap();
+    let api_a = Api::new(&a.base);
+    let skipped = peers().skipped();
+    let (status, _) = api_a
+        .post("/api/v1/tasks", json!({ "title": "alone" }))
+        .await;
+    assert_eq!(status, 200);
+    support::until("a's events to be left unsent", async || {
+        peers().skipped() > skipped
+    })
+    .await;
+    // Nothing of a's is on the channel: a marker sent now is the first thing there.
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    sqlx::query("SELECT pg_notify($1, 'marker')")
+        .bind(CHANNEL)
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(channel.recv().await.unwrap().payload(), "marker");
+
+    // B starts: its start-up returns once a has welcomed it, so a sends again.
+    let b = server(&url, "b").await;
+    assert!(!peers().alone(), "a heard b's hello before b served");
+    let mut heard = Vec::new();
+    while !heard.iter().any(|t: &Value| t["welcome"] == true) {
+        let n = channel.recv().await.unwrap();
+        heard.push(serde_json::from_str(n.payload()).unwrap());
+    }
+    let from_a: Vec<&Value> = heard.iter().filter(|t| t["o"] == "a").collect();
+    assert_eq!(
+        from_a,
+        [
+            &json!({ "o": "a", "resync": "peer" }),
+            &json!({ "o": "a", "to": "b", "welcome": true })
+        ],
+        "a asks the clients to resync, then welcomes b: {heard:?}"
+    );
+    let mut on_b = connect(&b).await;
+    let (status, created) = api_a
+        .post("/api/v1/tasks", json!({ "title": "together" }))
+        .await;
+    assert_eq!(status, 200);
+    let id = created["id"].clone();
+    next_frame(&mut on_b, |v| {
+        v["action"] == "task.created" && v["payload"]["task"]["id"] == id
+    })
+    .await;
+    b.stop().await;
+    a.stop().await;
 }

@@ -92,6 +92,7 @@ pub async fn build_state(
         shutdown.clone(),
     )
     .await?;
+    welcomed(hub.as_ref(), repo.as_ref(), &runtime, clock.now()).await?;
     let state = AppState::new(Shared {
         leptos_options,
         repo,
@@ -143,6 +144,35 @@ pub async fn build_state(
     Ok(state)
 }
 
+/// How long start-up waits for the other live servers to hear this one (`welcomed`).
+const WELCOME_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Several servers: waits until every other live server has heard that this one listens, so
+/// none leaves it out of the events it publishes from now on (a server alone sends none,
+/// `events/bridge/peers.rs`). A server that stopped without its row expiring yet never
+/// answers: start-up goes on after [`WELCOME_WAIT`] (that server, if alive after all, sees
+/// this one at its next heartbeat and asks the clients to resync).
+async fn welcomed(
+    hub: &dyn events::EventHub,
+    repo: &dyn Repository,
+    runtime: &RuntimeConfig,
+    now: crate::server::time::Micros,
+) -> RepoResult<()> {
+    let Some(peers) = hub.peers() else {
+        return Ok(());
+    };
+    let others = repo
+        .other_live_servers(&runtime.server_id, now - ttl_micros(runtime))
+        .await?;
+    if !others.is_empty() && !peers.await_welcomes(&others, WELCOME_WAIT).await {
+        tracing::warn!(
+            ?others,
+            "not every live server answered this one's hello; going on"
+        );
+    }
+    Ok(())
+}
+
 /// The sessions whose agent runs on another live server (PostgreSQL only; this server's own
 /// beat is recorded first).
 async fn live_elsewhere(
@@ -175,7 +205,7 @@ fn spawn_heartbeat(state: &AppState) {
         let mut last_beat = tokio::time::Instant::now();
         // Whether another server could take this one's sessions over, as seen at the last
         // beat (the first: the one start-up recorded just before).
-        let mut not_alone = others_alive(&state, state.clock.now()).await;
+        let mut not_alone = look(&state, state.clock.now()).await;
         loop {
             tokio::select! {
                 _ = state.shutdown.cancelled() => return,
@@ -204,7 +234,7 @@ fn spawn_heartbeat(state: &AppState) {
                 continue;
             }
             last_beat = tokio::time::Instant::now();
-            not_alone = others_alive(&state, now).await;
+            not_alone = look(&state, now).await;
             lease::fence_lost(&state).await;
             let dead_before = now - ttl_micros(&state.runtime.config);
             if let Err(e) = takeover::take_over_dead(&state, dead_before).await {
@@ -212,6 +242,17 @@ fn spawn_heartbeat(state: &AppState) {
             }
         }
     });
+}
+
+/// [`others_alive`], also told to the event bridge: a server alone sends no events
+/// (`events/bridge/peers.rs`).
+async fn look(state: &AppState, now: crate::server::time::Micros) -> bool {
+    let began = state.hub.peers().map(|p| p.look());
+    let others = others_alive(state, now).await;
+    if let (Some(peers), Some(began)) = (state.hub.peers(), began) {
+        peers.looked(began, others);
+    }
+    others
 }
 
 /// Whether another server beat within the TTL before `now` (so it could take this server's

@@ -141,6 +141,11 @@ pub trait EventHub: Send + Sync + 'static {
 
     /// Answers request `rid` of server `to`.
     fn reply(&self, _to: &str, _rid: &str, _reply: Value) {}
+
+    /// Whether other servers listen (the bridge's; `None` in process).
+    fn peers(&self) -> Option<&bridge::Peers> {
+        None
+    }
 }
 
 /// A request from another server (issue 13).

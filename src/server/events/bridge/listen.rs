@@ -32,6 +32,7 @@ pub(super) struct Relay {
     pub(super) replies: Replies,
     pub(super) calls: Calls,
     pub(super) requested: mpsc::Sender<Request>,
+    pub(super) peers: Arc<super::Peers>,
 }
 
 /// Relays other servers' events into the local hub. A lost connection is replaced (its
@@ -73,7 +74,10 @@ pub(super) async fn listen_loop(
             n = l.try_recv() => n,
         };
         match next {
-            Ok(Some(n)) => match receive(&pool, &own, n.payload()).await {
+            Ok(Some(n)) => match receive(&pool, &own, n.payload())
+                .await
+                .heard_by(&relay.peers)
+            {
                 Received::Event(e) => local.publish(e),
                 Received::Resync => resync(local, "relay"),
                 // Full: the offer goes unanswered and its server takes the detached path.
@@ -92,6 +96,8 @@ pub(super) async fn listen_loop(
                         let _ = tx.send(body);
                     }
                 }
+                Received::Hello(from) => relay.peers.welcome(&from),
+                Received::Welcome(from) => relay.peers.welcomed(from),
                 Received::Spilled(_) | Received::Ignore => {}
             },
             // The connection was lost and is already back: what was sent meanwhile is gone.
@@ -105,6 +111,16 @@ pub(super) async fn listen_loop(
                 listener = None;
             }
         }
+    }
+}
+
+impl Received {
+    /// Anything but our own or an unreadable notification comes from another server.
+    fn heard_by(self, peers: &super::Peers) -> Self {
+        if self != Received::Ignore {
+            peers.heard();
+        }
+        self
     }
 }
 

@@ -18,8 +18,11 @@ use tokio_util::sync::CancellationToken;
 use super::{Event, EventHub, InProcessHub, ListenerState, Request};
 
 mod listen;
+mod peers;
 mod send;
 mod wire;
+
+pub use peers::Peers;
 
 use listen::{Relay, listen, listen_loop};
 use send::send_loop;
@@ -57,6 +60,7 @@ pub struct PgBridge {
     /// Set when an event could not be queued: the next notification asks for a resync.
     overflowed: Arc<AtomicBool>,
     listener: Arc<AtomicU8>,
+    peers: Arc<Peers>,
 }
 
 impl PgBridge {
@@ -84,19 +88,23 @@ impl PgBridge {
         let bridge = Arc::new(PgBridge {
             server_id: server_id.clone(),
             local: local.clone(),
-            outbox,
+            outbox: outbox.clone(),
             replies: Replies::default(),
             offers: Mutex::new(Some(offers)),
             calls: Calls::default(),
             requests: Mutex::new(Some(requests)),
             overflowed: Arc::new(AtomicBool::new(false)),
             listener: Arc::new(AtomicU8::new(ListenerState::Connected as u8)),
+            peers: Arc::new(Peers::new(server_id.clone(), outbox)),
         });
+        // Listening already: the servers that hear this learn that this one listens too.
+        bridge.peers.say_hello();
         tokio::spawn(send_loop(
             sender_pool.clone(),
             server_id.clone(),
             queued,
             bridge.overflowed.clone(),
+            bridge.peers.clone(),
             shutdown.clone(),
         ));
         tokio::spawn(listen_loop(
@@ -110,6 +118,7 @@ impl PgBridge {
                 replies: bridge.replies.clone(),
                 calls: bridge.calls.clone(),
                 requested,
+                peers: bridge.peers.clone(),
             },
             bridge.listener.clone(),
             shutdown,
@@ -188,5 +197,9 @@ impl EventHub for PgBridge {
 
     fn listener(&self) -> Option<ListenerState> {
         Some(ListenerState::from_u8(self.listener.load(Ordering::SeqCst)))
+    }
+
+    fn peers(&self) -> Option<&Peers> {
+        Some(&self.peers)
     }
 }

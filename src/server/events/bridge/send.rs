@@ -45,6 +45,7 @@ pub(super) async fn send_loop(
     origin: String,
     mut queued: mpsc::Receiver<Outgoing>,
     overflowed: Arc<AtomicBool>,
+    peers: Arc<super::Peers>,
     shutdown: CancellationToken,
 ) {
     let resync = json!({ "o": origin, "resync": "lost" }).to_string();
@@ -55,20 +56,31 @@ pub(super) async fn send_loop(
             _ = shutdown.cancelled() => return,
             n = queued.recv_many(&mut burst, BATCH) => if n == 0 { return },
         }
+        // Alone: nobody reads our events (`peers.rs`); whoever comes says hello first.
+        let alone = peers.alone();
         // Another server missed events: it resyncs its clients (before what follows).
         let mut texts = Vec::with_capacity(burst.len() + 1);
-        let mut events = overflowed.swap(false, Ordering::SeqCst);
+        let mut events = overflowed.swap(false, Ordering::SeqCst) && !alone;
         if events {
             texts.push(resync.clone());
         }
+        let mut skipped = 0;
         for item in burst.drain(..) {
             texts.push(match item {
+                Outgoing::Event(_) if alone => {
+                    skipped += 1;
+                    continue;
+                }
                 Outgoing::Event(e) => {
                     events = true;
                     body(&origin, &e)
                 }
                 Outgoing::Text(text) => text,
             });
+        }
+        peers.skip(skipped);
+        if texts.is_empty() {
+            continue;
         }
         if let Err(e) = send_texts(&pool, &origin, &texts, &mut spilled).await {
             if events {

@@ -33,6 +33,10 @@ pub(super) enum Received {
     Request(Request),
     /// The reply to request `rid` of this server.
     Reply(String, Value),
+    /// Server `0` listens now (`peers.rs`): it waits for our welcome.
+    Hello(String),
+    /// Server `0` heard our hello.
+    Welcome(String),
     /// Our own notification, or one we cannot read.
     Ignore,
 }
@@ -56,6 +60,13 @@ pub(super) fn parse(own: &str, text: &str) -> Received {
     }
     if v.get("resync").is_some() {
         return Received::Resync;
+    }
+    let from = || v["o"].as_str().unwrap_or_default().to_string();
+    if v.get("hello").is_some() {
+        return Received::Hello(from());
+    }
+    if v.get("welcome").is_some() {
+        return Received::Welcome(from());
     }
     if let Some(id) = v["spill"].as_str() {
         return Received::Spilled(id.to_string());
@@ -100,6 +111,19 @@ mod tests {
         assert_eq!(parse("b", r#"{"a":"x"}"#), Received::Ignore, "no origin");
         assert_eq!(parse("b", r#"{"o":"a"}"#), Received::Ignore, "no action");
         assert_eq!(parse("b", r#"{"o":"a","resync":"lost"}"#), Received::Resync);
+        assert_eq!(
+            parse("b", r#"{"o":"a","hello":true}"#),
+            Received::Hello("a".into())
+        );
+        assert_eq!(
+            parse("b", r#"{"o":"a","to":"b","welcome":true}"#),
+            Received::Welcome("a".into())
+        );
+        assert_eq!(
+            parse("c", r#"{"o":"a","to":"b","welcome":true}"#),
+            Received::Ignore
+        );
+        assert_eq!(parse("a", r#"{"o":"a","hello":true}"#), Received::Ignore);
         assert_eq!(
             parse("b", r#"{"o":"a","spill":"42"}"#),
             Received::Spilled("42".into())
