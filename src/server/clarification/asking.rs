@@ -28,7 +28,8 @@ pub enum AskOutcome {
     Failed(AppError),
 }
 
-/// Writes the bundle (or finds the identical active one, L8), then waits for its answer.
+/// Writes the bundle (or, when an identical one is active, takes over its wait, L8), then
+/// waits for its answer.
 /// `progress` is called every keepalive interval (L7).
 pub async fn ask_and_wait<P, F>(
     state: &AppState,
@@ -44,43 +45,46 @@ where
     // The waiter exists before the bundle is visible to anyone: a responder that reads the
     // bundle right after its commit always finds it (L15), never a gap that looks detached.
     let (tx, mut rx) = oneshot::channel::<WaiterMsg>();
-    let pending_id = match existing_identical(state, session, &ask).await {
-        Ok(Some(id)) => {
-            // L8: this call takes over the wait; the earlier call ends.
-            if let Some(old) = state.runtime.waiters.put(&id, tx) {
-                let _ = old.send(WaiterMsg::Ended(
-                    "an identical call took over this question",
-                ));
+    // The reply the agent sent before asking ends before the question (stream.rs).
+    crate::server::orchestrator::worker::sync(state, &session.id).await;
+    let id = crate::server::repo::new_id();
+    state.runtime.waiters.put(&id, tx);
+    let pending_id = match write(state, session, &ask, &id).await {
+        Ok(Written::Asked { superseded: false }) => id,
+        // A resume owed for an earlier answer may have become current between the read and
+        // our commit: then this question is already superseded and nobody will answer it.
+        // (`superseded::end_waits` covers the other order.)
+        Ok(Written::Asked { superseded: true }) => {
+            if state.runtime.waiters.take(&id).is_some() {
+                return AskOutcome::Ended(SUPERSEDED);
             }
             id
         }
-        Ok(None) => {
-            // The reply the agent sent before asking ends before the question (stream.rs).
-            crate::server::orchestrator::worker::sync(state, &session.id).await;
-            let id = crate::server::repo::new_id();
-            state.runtime.waiters.put(&id, tx);
-            match write(state, session, &ask, &id).await {
-                Ok(Written::Asked { superseded: false }) => {}
-                // A resume owed for an earlier answer may have become current between the
-                // read and our commit: then this question is already superseded and nobody
-                // will answer it. (`superseded::end_waits` covers the other order.)
-                Ok(Written::Asked { superseded: true }) => {
-                    if state.runtime.waiters.take(&id).is_some() {
-                        return AskOutcome::Ended(SUPERSEDED);
+        // Nothing written: the agent's turn is no longer current, or (L8) an identical
+        // question of this session is active, which the insert leaves alone (one read fewer
+        // per ask than looking for it first): this call takes over that question's wait and
+        // the earlier call ends.
+        Ok(Written::NotCurrent) => {
+            let Some(tx) = state.runtime.waiters.take(&id) else {
+                return AskOutcome::Ended(SUPERSEDED);
+            };
+            match existing_identical(state, session, &ask).await {
+                Ok(Some(existing)) => {
+                    if let Some(old) = state.runtime.waiters.put(&existing, tx) {
+                        let _ = old.send(WaiterMsg::Ended(
+                            "an identical call took over this question",
+                        ));
                     }
+                    existing
                 }
-                Ok(Written::NotCurrent) => {
-                    state.runtime.waiters.take(&id);
-                    return AskOutcome::Ended(SUPERSEDED);
-                }
-                Err(e) => {
-                    state.runtime.waiters.take(&id);
-                    return AskOutcome::Failed(e.into());
-                }
+                Ok(None) => return AskOutcome::Ended(SUPERSEDED),
+                Err(e) => return AskOutcome::Failed(e.into()),
             }
-            id
         }
-        Err(e) => return AskOutcome::Failed(e.into()),
+        Err(e) => {
+            state.runtime.waiters.take(&id);
+            return AskOutcome::Failed(e.into());
+        }
     };
     let keepalive = state.runtime.config.ask_keepalive;
     let deadline = tokio::time::sleep(state.runtime.config.ask_timeout);

@@ -343,13 +343,18 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
         // L6: an agent asks in the current turn only while it is open and is not an owed
         // resume (an answer the user already gave comes next; the agent's turn is over). The
         // bundle goes into that turn in the same statement that finds it; no row when there is
-        // none. `$1` session, `$2` pending id, `$3` context, `$4` dedup key, `$5` time.
+        // none, nor when an identical question (the same dedup key) is active in it (L8: the
+        // caller then takes that one over). `$1` session, `$2` pending id, `$3` context, `$4`
+        // dedup key, `$5` time.
         ask_bundle: format!(
             "INSERT INTO clarification_bundles ({BUNDLE_COLUMNS}) \
              SELECT $2, t.session_id, t.task_id, t.id, 'pending', FALSE, FALSE, $3, $4, NULL, \
                     NULL, $5, NULL \
              FROM turns t \
              WHERE t.id = {} AND t.completed_at IS NULL AND t.reservation = 'none' \
+               AND NOT EXISTS (SELECT 1 FROM clarification_bundles same \
+                               WHERE same.session_id = $1 AND same.turn_id = t.id \
+                                 AND same.status = 'pending' AND same.dedup_key = $4) \
              RETURNING {BUNDLE_COLUMNS}",
             live_current_turn_of("$1")
         ),

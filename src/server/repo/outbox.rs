@@ -44,7 +44,8 @@ pub trait OutboxStore: Send + Sync {
     async fn delete_reservation(&self, turn_id: &str) -> RepoResult<bool>;
 
     /// L6/L7 in one transaction; `None` when the session's current turn is closed, an owed
-    /// resume, or the session is terminal (the agent's turn was superseded: nothing written).
+    /// resume, or the session is terminal (the agent's turn was superseded), or when an
+    /// identical question (same dedup key) is active in that turn (L8): nothing written.
     async fn ask_in_current_turn(&self, new: &NewAsk, at: Micros)
     -> RepoResult<Option<AskWritten>>;
 
