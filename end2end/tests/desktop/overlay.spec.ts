@@ -136,7 +136,9 @@ test("L16/N5: answering a question the agent has moved past says it is gone and 
   const api = new Api(request);
   const gate = await gateSocket(page);
   const q = { questions: [{ id: "old", prompt: "A question about to be superseded?", options: [{ id: "yes", label: "Yes" }, { id: "no", label: "No" }] }] };
-  const task = await openQuestion(page, api, "Gone", `e2e:ask-timeout(200, ${JSON.stringify(q)})`);
+  // The agent gives up after 1 s: long enough for the question to be written first with the
+  // browser and the server sharing two cores (200 ms once was not: nothing was asked).
+  const task = await openQuestion(page, api, "Gone", `e2e:ask-timeout(1000, ${JSON.stringify(q)})`);
   const session = task.primary_session_id!;
   await api.waitTurnsDone(session, 1);
   gate.held = true;

@@ -7,7 +7,7 @@ import { Api, question, ready } from "../../helpers/api";
 test("L5/L16: an older detached question, a newer one skipped, a later turn, a reload — nothing comes back", async ({ page, request }) => {
   const api = new Api(request);
   const old = question("old", "The older question?");
-  const task = await api.createTask("Superseded questions", { prompt: `e2e:ask-timeout(200, ${JSON.stringify(old)})` });
+  const task = await api.createTask("Superseded questions", { prompt: `e2e:ask-timeout(1000, ${JSON.stringify(old)})` });
   const session = task.primary_session_id!;
   await api.waitTurnsDone(session, 1);
 
@@ -72,7 +72,7 @@ test("N1: a secondary session owns the only question — a click from another ta
 test("L17/N5: a detached current-turn question takes a custom answer and the agent continues once", async ({ page, request }) => {
   const api = new Api(request);
   const q = question("db", "Which database, finally?", ["postgresql", "sqlite"]);
-  const task = await api.createTask("Detached answer", { prompt: `e2e:ask-timeout(200, ${JSON.stringify(q)})` });
+  const task = await api.createTask("Detached answer", { prompt: `e2e:ask-timeout(1000, ${JSON.stringify(q)})` });
   const session = task.primary_session_id!;
   await api.waitTurnsDone(session, 1);
 
