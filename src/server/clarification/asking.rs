@@ -51,9 +51,10 @@ where
     state.runtime.waiters.put(&id, tx);
     let pending_id = match write(state, session, &ask, &id).await {
         Ok(Written::Asked { superseded: false }) => id,
-        // A resume owed for an earlier answer may have become current between the read and
-        // our commit: then this question is already superseded and nobody will answer it.
-        // (`superseded::end_waits` covers the other order.)
+        // A resume owed for an earlier answer may have become current right after our commit
+        // (the insert found the agent's turn current): then this question is already
+        // superseded and nobody will answer it. (`superseded::end_waits` covers the other
+        // order.)
         Ok(Written::Asked { superseded: true }) => {
             if state.runtime.waiters.take(&id).is_some() {
                 return AskOutcome::Ended(SUPERSEDED);
