@@ -16,6 +16,7 @@ use turnstile::server::repo::{NewTurn, Repository};
 both_http!(
     d1_a_failed_owe_after_the_claim_is_undone_and_a_retry_resumes_once,
     d2_an_agent_crash_keeps_the_owed_answer_and_the_next_prompt_delivers_it_first,
+    d2_l18_a_crash_before_the_owed_answers_wake_up_leaves_it_owed_until_the_user_acts,
     d3_an_answer_behind_an_open_turn_is_owed_at_once_and_survives_a_failed_dispatch,
     d4_n3_a_rejection_while_the_turn_is_open_advances_the_task_once,
     d5_a_failed_finalize_hands_nothing_over_and_nothing_reopens_after_restart,
@@ -209,6 +210,72 @@ async fn d2_an_agent_crash_keeps_the_owed_answer_and_the_next_prompt_delivers_it
         .position(|l| l.starts_with("Thanks, continuing"));
     let after = lines.iter().position(|l| l == "after");
     assert!(resumed.is_some() && resumed < after, "{lines:?}");
+    assert_eq!(resumes(&api, &session).await, 1, "I4");
+    server.stop().await;
+}
+
+/// L18 (found as a flake of the story above on PostgreSQL): the agent's next question comes
+/// after the answer is owed, so it is superseded at once and the agent exits before the
+/// worker hears of the owed answer. That wake-up must not relaunch a crashed agent: the owed
+/// answer waits for the user's next prompt or retry. Order forced: the second ask waits
+/// until the answer is owed; the wake-up waits until the crash is shown.
+async fn d2_l18_a_crash_before_the_owed_answers_wake_up_leaves_it_owed_until_the_user_acts(
+    url: String,
+) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let second_ask = Arc::new(Semaphore::new(0));
+    let wake_up = Arc::new(Semaphore::new(0));
+    let asks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let gate = second_ask.clone();
+    server.state.hooks.set(Point::AskSync, move |_| {
+        let second = asks.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1;
+        let gate = gate.clone();
+        async move {
+            if second {
+                gate.acquire().await.expect("gate").forget();
+            }
+        }
+    });
+    let (ask, wake) = (second_ask.clone(), wake_up.clone());
+    server.state.hooks.set(Point::Owed, move |_| {
+        ask.add_permits(1);
+        let wake = wake.clone();
+        async move { wake.acquire().await.expect("gate").forget() }
+    });
+    let script = timeout_then(&format!("e2e:ask({MORE_QUESTION})\ne2e:exit(3)"));
+    let (task, session) = api.start_task(&script).await;
+    let pending = api.pending_id(&session).await;
+    wait_detached(&api, &pending).await;
+    let answering = {
+        let api = Api::new(&server.base);
+        let pending = pending.clone();
+        tokio::spawn(async move { respond(&api, &pending, answer("sqlite")).await })
+    };
+    api.wait_for(&format!("/api/v1/tasks/{task}"), "the crash shown", |t| {
+        t["status_summary"]["last_error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("exited") && m.contains("answer is kept"))
+    })
+    .await;
+    wake_up.add_permits(1);
+    let (status, body) = answering.await.unwrap();
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    // The wake-up was sent before the 200: once the worker is idle it has handled it.
+    let state = server.state.clone();
+    until("the worker to be idle", async || {
+        turnstile::server::orchestrator::worker::idle_mark(&state, &session).is_some()
+    })
+    .await;
+    let owed = server.state.repo.owed_resumes(&session).await.unwrap();
+    assert_eq!(owed.len(), 1, "still owed: no launch after a crash (L18)");
+    assert_eq!(session_of(&api, &task).await["state"], "waiting_for_input");
+    // The user's retry delivers it, once.
+    let (status, body) = api
+        .post(&format!("/api/v1/sessions/{session}/retry"), json!({}))
+        .await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    api.wait_turns_done(&session, 2).await;
     assert_eq!(resumes(&api, &session).await, 1, "I4");
     server.stop().await;
 }

@@ -24,6 +24,9 @@ pub enum Point {
     ClaimLost,
     /// Before a detached answer's resume becomes owed (L18: before acceptance).
     Owe,
+    /// A detached answer's resume is owed (accepted), before the worker that delivers it is
+    /// woken (L18); the key is the pending id.
+    Owed,
     /// Before a live delivery (or a detached rejection) is recorded, i.e. before the answer is
     /// handed over (L15/L16).
     Finalize,
@@ -68,6 +71,7 @@ impl Point {
             Point::AfterClaim => "after-claim",
             Point::ClaimLost => "claim-lost",
             Point::Owe => "owe",
+            Point::Owed => "owed",
             Point::Finalize => "finalize",
             Point::Dispatch => "dispatch",
             Point::AcceptOffer => "accept-offer",

@@ -272,6 +272,7 @@ pub async fn respond(
         Err(e) => return Err(undo(state, &record, e.to_string(), Undo::Announce).await),
     }
     publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
+    state.hooks.run(Point::Owed, pending_id).await;
     forward::deliver_owed(state, &record.session_id, &record.task_id).await;
     Ok(won)
 }

@@ -139,6 +139,7 @@ impl Worker {
     /// and the next launch delivers the answer.
     pub(super) async fn fail(&mut self, reason: &str) {
         tracing::warn!(session_id = %self.session_id, reason, "agent failed");
+        self.failed = true;
         self.stop_agent().await;
         let owed = self
             .state

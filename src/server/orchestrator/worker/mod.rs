@@ -177,6 +177,7 @@ pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandl
         stream: StreamMerge::default(),
         flush_owed: false,
         fenced: false,
+        failed: false,
     };
     tokio::spawn(worker.run(rx));
     let h = SessionHandle {
@@ -213,6 +214,10 @@ struct Worker {
     flush_owed: bool,
     /// Another server runs the session now (`Command::Fence`).
     fenced: bool,
+    /// The agent failed (crashed, or could not start): what is owed waits for the user's
+    /// next prompt or retry, not for a wake-up (L18), so a crashing agent is not relaunched
+    /// behind the user's back.
+    failed: bool,
 }
 
 async fn sleep_until_due(due: Option<Instant>) {
@@ -353,16 +358,18 @@ impl Worker {
     async fn on_command(&mut self, command: Command) {
         match command {
             Command::Prompt { content, reply } => {
+                self.failed = false;
                 let result = self.accept_prompt(content).await;
                 let _ = reply.send(result);
             }
             Command::DeliverOwed => {
-                if self.open_turn.is_none() {
+                if self.open_turn.is_none() && !self.failed {
                     let r = self.deliver_owed().await;
                     self.log("delivering an owed resume failed", r);
                 }
             }
             Command::Retry { reply } => {
+                self.failed = false;
                 let result = if self.open_turn.is_some() {
                     Ok(false)
                 } else {

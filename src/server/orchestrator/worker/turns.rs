@@ -152,6 +152,7 @@ impl Worker {
             Err(e) => Err(WorkerError::Repo(e)),
         };
         if let Err(e) = ready {
+            self.failed = true;
             let reason = format!(
                 "{e}\nYour answer is kept and will be sent when the agent starts: send a message \
                  or retry."
