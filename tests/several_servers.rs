@@ -953,6 +953,20 @@ async fn p10_a_lone_server_sends_no_events_until_another_says_hello(url: String)
         peers().skipped() > skipped
     })
     .await;
+    let metrics = (api_a.client.get(format!("{}/metrics", a.base)).send().await)
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("\nturnstile_events_alone 1\n"),
+        "{metrics}"
+    );
+    let unsent = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("turnstile_events_unsent_total "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(unsent.is_some_and(|n| n > skipped), "{metrics}");
     // Nothing of a's is on the channel: a marker sent now is the first thing there.
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     sqlx::query("SELECT pg_notify($1, 'marker')")

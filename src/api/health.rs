@@ -25,7 +25,8 @@ pub async fn healthz(
 }
 
 /// Prometheus text: request counts and time, WebSocket clients, active bundles, summary CAS
-/// retries, SQLite's write connection use.
+/// retries, SQLite's write connection use; on PostgreSQL the event listener and whether this
+/// server sends its events.
 pub async fn metrics(
     axum::extract::State(state): axum::extract::State<crate::server::state::AppState>,
 ) -> impl axum::response::IntoResponse {
@@ -40,6 +41,17 @@ pub async fn metrics(
              turnstile_event_listener_connected{{server_id=\"{}\"}} {}\n",
             state.runtime.config.server_id,
             u8::from(listener == ListenerState::Connected)
+        ));
+    }
+    if let Some(peers) = state.hub.peers() {
+        text.push_str(&format!(
+            "# HELP turnstile_events_alone Whether this server finds itself alone on its \
+             database, so it sends no events (decision 0018).\n# TYPE turnstile_events_alone \
+             gauge\nturnstile_events_alone {}\n# HELP turnstile_events_unsent_total Events not \
+             sent because no other server listened.\n# TYPE turnstile_events_unsent_total \
+             counter\nturnstile_events_unsent_total {}\n",
+            u8::from(peers.alone()),
+            peers.skipped()
         ));
     }
     (
