@@ -50,6 +50,7 @@ mod on_postgres {
         n_a_server_cut_off_from_the_database_stops_its_agents,
         n_a_lone_server_cut_off_from_the_database_keeps_its_agents,
         p10_a_lone_server_sends_no_events_until_another_says_hello,
+        p10_a_server_whose_hello_went_unheard_is_found_by_the_heartbeat,
     );
 }
 
@@ -1004,5 +1005,41 @@ async fn p10_a_lone_server_sends_no_events_until_another_says_hello(url: String)
     })
     .await;
     b.stop().await;
+    a.stop().await;
+}
+
+/// Decision 0018, amendment: a server can also learn of another from its heartbeat's look at
+/// the live servers (the other's hello went unheard, e.g. while this one's listener
+/// reconnected). It then sends again and asks the clients to resync; once the other stops
+/// beating for a TTL it is alone again.
+async fn p10_a_server_whose_hello_went_unheard_is_found_by_the_heartbeat(url: String) {
+    use sqlx::postgres::PgListener;
+    use turnstile::server::events::bridge::CHANNEL;
+    let a = server_with_ttl(&url, "a", 600).await;
+    let peers = || a.state.hub.peers().expect("the bridge");
+    support::until("server a to find itself alone", async || peers().alone()).await;
+    let mut channel = PgListener::connect(&url).await.unwrap();
+    channel.listen(CHANNEL).await.unwrap();
+    // A server that beats but never said hello (nothing of it reaches a's listener).
+    a.state
+        .repo
+        .beat("quiet", a.state.clock.now())
+        .await
+        .unwrap();
+    let n = tokio::time::timeout(std::time::Duration::from_secs(20), channel.recv())
+        .await
+        .expect("a's heartbeat finds the other server")
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(n.payload()).unwrap(),
+        json!({ "o": "a", "resync": "peer" }),
+        "a's next look finds the other and asks every client to resync"
+    );
+    assert!(!peers().alone());
+    support::until(
+        "a to be alone again once the other stops beating",
+        async || peers().alone(),
+    )
+    .await;
     a.stop().await;
 }
