@@ -110,7 +110,7 @@ async fn serve() -> std::process::ExitCode {
     let app = turnstile::api::router(state.clone(), door);
     let stopping = state.shutdown.clone();
     let serve = axum::serve(
-        listener,
+        turnstile::api::listener(listener),
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown({

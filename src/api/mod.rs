@@ -29,7 +29,7 @@ mod ws;
 #[cfg(feature = "ssr")]
 pub use rest::{ApiError, ApiJson};
 #[cfg(feature = "ssr")]
-pub use router::{route_list, router};
+pub use router::{listener, route_list, router};
 
 /// The server state behind a server function (provided by the router to every request).
 #[cfg(feature = "ssr")]

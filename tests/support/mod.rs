@@ -223,7 +223,9 @@ impl TestServer {
         let app = turnstile::api::router(state.clone(), door)
             .into_make_service_with_connect_info::<std::net::SocketAddr>();
         let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.expect("serve");
+            axum::serve(turnstile::api::listener(listener), app)
+                .await
+                .expect("serve");
         });
         TestServer {
             base: format!("http://{addr}"),
