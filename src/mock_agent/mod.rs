@@ -130,14 +130,24 @@ impl MockState {
             .cloned()
             .ok_or("no MCP server was given")?;
         let config = StreamableHttpClientTransportConfig::with_uri(ep.url).auth_header(ep.token);
-        let client =
-            ().serve(StreamableHttpClientTransport::from_config(config))
-                .await
-                .map_err(|e| format!("MCP connect failed: {e}"))?;
+        let client = ()
+            .serve(StreamableHttpClientTransport::with_client(
+                http_client(),
+                config,
+            ))
+            .await
+            .map_err(|e| format!("MCP connect failed: {e}"))?;
         let client = Arc::new(client);
         clients.insert(session.to_string(), client.clone());
         Ok(client)
     }
+}
+
+/// One HTTP client for every MCP connection of this process, keeping idle connections
+/// (rmcp's default client opens a new TCP connection for every request).
+fn http_client() -> reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(reqwest::Client::new).clone()
 }
 
 fn halves(s: &str) -> (String, String) {
