@@ -4,7 +4,7 @@ mod support;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::TestServer;
+use support::{TestServer, metric};
 
 both_http!(
     healthz_reports_ok_after_start_up,
@@ -48,17 +48,7 @@ async fn i8_a_write_is_acknowledged_only_once_it_is_on_disk() {
 async fn metrics_show_how_busy_sqlites_write_connection_is(url: String) {
     let server = TestServer::start(&url).await;
     let client = reqwest::Client::new();
-    let metric = |text: &str, name: &str| -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .map(|v| v.parse().unwrap())
-    };
-    let read = || async {
-        let r = client.get(server.url("/metrics")).send().await.unwrap();
-        assert_eq!(r.status(), StatusCode::OK);
-        r.text().await.unwrap()
-    };
-    let before = read().await;
+    let before = server.metrics().await;
     let r = client
         .post(server.url("/api/v1/tasks"))
         .json(&json!({ "title": "counted" }))
@@ -66,7 +56,7 @@ async fn metrics_show_how_busy_sqlites_write_connection_is(url: String) {
         .await
         .unwrap();
     assert!(r.status().is_success(), "{}", r.status());
-    let after = read().await;
+    let after = server.metrics().await;
     let names = [
         "turnstile_sqlite_writer_uses_total",
         "turnstile_sqlite_writer_wait_seconds_total",

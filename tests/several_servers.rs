@@ -242,11 +242,7 @@ async fn p10_a_lost_listener_reconnects_and_its_clients_resync(url: String) {
         "turnstile_event_listener_connected{{server_id=\"{}\"}} 1",
         b.state.runtime.config.server_id
     );
-    let metrics = || async {
-        let r = api_b.client.get(b.url("/metrics")).send().await.unwrap();
-        r.text().await.unwrap()
-    };
-    assert!(metrics().await.contains(&listening));
+    assert!(b.metrics().await.contains(&listening));
     assert_eq!(
         api_b.get("/healthz").await,
         (reqwest::StatusCode::OK, json!({ "status": "ok" }))
@@ -272,7 +268,7 @@ async fn p10_a_lost_listener_reconnects_and_its_clients_resync(url: String) {
             )
     })
     .await;
-    assert!(metrics().await.contains(&listening.replace("} 1", "} 0")));
+    assert!(b.metrics().await.contains(&listening.replace("} 1", "} 0")));
     cut.end().await;
     let resync = next_frame(&mut on_b, |v| v["action"] == "resync").await;
     assert_eq!(resync["payload"]["reason"], "listener");
@@ -286,7 +282,7 @@ async fn p10_a_lost_listener_reconnects_and_its_clients_resync(url: String) {
         v["action"] == "task.created" && v["payload"]["task"]["title"] == "after the cut"
     })
     .await;
-    assert!(metrics().await.contains(&listening));
+    assert!(b.metrics().await.contains(&listening));
     assert_eq!(api_b.get("/healthz").await.1, json!({ "status": "ok" }));
     b.stop().await;
     a.stop().await;
@@ -954,20 +950,14 @@ async fn p10_a_lone_server_sends_no_events_until_another_says_hello(url: String)
         peers().skipped() > skipped
     })
     .await;
-    let metrics = (api_a.client.get(format!("{}/metrics", a.base)).send().await)
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("\nturnstile_events_alone 1\n"),
+    let metrics = a.metrics().await;
+    assert_eq!(
+        support::metric(&metrics, "turnstile_events_alone"),
+        Some(1.0),
         "{metrics}"
     );
-    let unsent = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("turnstile_events_unsent_total "))
-        .and_then(|n| n.parse::<u64>().ok());
-    assert!(unsent.is_some_and(|n| n > skipped), "{metrics}");
+    let unsent = support::metric(&metrics, "turnstile_events_unsent_total");
+    assert!(unsent.is_some_and(|n| n > skipped as f64), "{metrics}");
     // Nothing of a's is on the channel: a marker sent now is the first thing there.
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     sqlx::query("SELECT pg_notify($1, 'marker')")

@@ -295,17 +295,13 @@ async fn real_agent_question_reaches_every_client_and_metrics_count_it(url: Stri
     };
     next_frame(&mut a, asked).await;
     next_frame(&mut b, asked).await;
-    let metrics = reqwest::get(server.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("turnstile_websocket_clients 2"),
-        "{metrics}"
-    );
-    assert!(metrics.contains("turnstile_active_bundles 1"), "{metrics}");
+    let metrics = server.metrics().await;
+    for (name, value) in [
+        ("turnstile_websocket_clients", 2.0),
+        ("turnstile_active_bundles", 1.0),
+    ] {
+        assert_eq!(support::metric(&metrics, name), Some(value), "{metrics}");
+    }
     assert!(
         metrics.contains("turnstile_http_requests_total"),
         "{metrics}"

@@ -238,6 +238,13 @@ impl TestServer {
         format!("{}{path}", self.base)
     }
 
+    /// `GET /metrics` (Prometheus text); it must answer 200.
+    pub async fn metrics(&self) -> String {
+        let r = reqwest::get(self.url("/metrics")).await.expect("/metrics");
+        assert_eq!(r.status(), reqwest::StatusCode::OK);
+        r.text().await.expect("a text body")
+    }
+
     /// Stops serving (the database stays), like a process exit: agents are stopped too.
     pub async fn stop(self) {
         turnstile::server::startup::shutdown(&self.state);
@@ -729,4 +736,11 @@ pub async fn session_with_history(repo: &Arc<dyn Repository>, turns: usize) -> (
         .unwrap();
     }
     (session, task)
+}
+
+/// The value of the unlabelled metric `name` in a `/metrics` text.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
 }
