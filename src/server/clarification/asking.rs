@@ -210,7 +210,8 @@ async fn write(
             // The answer validates against these without reading them (decision 0034);
             // remembered before anyone hears of the question, so a prompt answer finds them.
             state.runtime.questions.put(pending_id, questions);
-            publish::bundle(state, publish::BundleEvent::Requested, &view);
+            // Written with the session's `waiting_for_input`, announced above (P4).
+            publish::bundle_announced(state, publish::BundleEvent::Requested, &view);
             view.is_superseded()
         }
         Ok(None) => false,

@@ -204,7 +204,11 @@ pub async fn respond(
                     questions: questions.to_vec(),
                     active: false,
                 };
-                publish::bundle(state, action, &answered);
+                // Committed before the session's `running`, which asked for the refresh (P4).
+                match running {
+                    Some(_) => publish::bundle_announced(state, action, &answered),
+                    None => publish::bundle(state, action, &answered),
+                }
                 return Ok(won);
             }
             // The call ended after we took it: it goes the detached way instead.

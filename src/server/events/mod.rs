@@ -25,6 +25,11 @@ pub struct Event {
     /// Relayed from another server (or made by the bridge itself): never sent on, and the
     /// projector leaves it to the server where it happened.
     pub remote: bool,
+    /// P4: announces a commit an earlier event of the same step already announced (the
+    /// question a session's `waiting_for_input` came with, the answer its `running` came
+    /// with): the refresh that event caused read after the whole commit, so this one needs
+    /// none (B3: two refreshes per round trip instead of four).
+    pub announced: bool,
     frame: Arc<OnceLock<String>>,
 }
 
@@ -57,6 +62,7 @@ impl From<Notification> for Event {
             task_id,
             session_id,
             remote: false,
+            announced: false,
             frame: Arc::default(),
         }
     }
@@ -71,6 +77,7 @@ impl Event {
             task_id: None,
             session_id: None,
             remote: false,
+            announced: false,
             frame: Arc::default(),
         }
     }
@@ -94,6 +101,7 @@ impl Event {
     pub fn refreshes_projection(&self) -> bool {
         let a = self.action.as_str();
         !self.remote
+            && !self.announced
             && (a.starts_with("session.message.")
                 || a.starts_with("session.turn.")
                 || a.starts_with("clarification.")

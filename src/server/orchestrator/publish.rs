@@ -206,6 +206,15 @@ pub fn bundle(state: &AppState, event: BundleEvent, b: &BundleView) {
     send(state, event.notification(b.to_dto()));
 }
 
+/// `clarification.*` for a bundle whose write was committed with a session change already
+/// published (its state event came first, L6): the projector's refresh for that event read
+/// after this write too, so this event asks for none (P4).
+pub fn bundle_announced(state: &AppState, event: BundleEvent, b: &BundleView) {
+    let mut e = Event::from(event.notification(b.to_dto()));
+    e.announced = true;
+    state.hub.publish(e);
+}
+
 /// Publishes `event` for each bundle id (re-read so the payload shows the committed state).
 pub async fn bundles_by_id(state: &AppState, event: BundleEvent, pending_ids: &[String]) {
     for id in pending_ids {
