@@ -8,7 +8,7 @@ mod support;
 use reqwest::StatusCode;
 use reqwest::redirect::Policy;
 use serde_json::{Value, json};
-use support::{Api, TestServer, table_counts, ws_handshake};
+use support::{Api, BinaryServer, TestServer, table_counts, ws_handshake};
 
 const TOKEN: &str = "lan-token-0123456789abcdef";
 
@@ -17,6 +17,7 @@ both_http!(
     the_login_page_sets_a_strict_http_only_cookie,
     wrong_tokens_are_rate_limited,
     agents_keep_working_behind_the_token,
+    the_binary_on_every_interface_prints_a_token_and_never_logs_it,
 );
 
 fn client() -> reqwest::Client {
@@ -226,4 +227,109 @@ async fn agents_keep_working_behind_the_token(url: String) {
         "{lines:?}"
     );
     server.stop().await;
+}
+
+/// `GET /api/v1/tasks` on `server` with `Host: host` and an optional bearer.
+async fn tasks_status(server: &BinaryServer, host: &str, bearer: Option<&str>) -> StatusCode {
+    let mut r = client()
+        .get(format!("{}/api/v1/tasks", server.api.base))
+        .header("host", host);
+    if let Some(token) = bearer {
+        r = r.header("authorization", format!("Bearer {token}"));
+    }
+    r.send().await.unwrap().status()
+}
+
+/// The real binary (not the test server): bound to every interface without a token it makes
+/// one and shows it on the terminal (stderr) but never in its log (stdout); the token works
+/// as a bearer; `--allowed-host` admits a proxy's name and nothing else. Given
+/// `ACCESS_TOKEN`, it serves beyond loopback with that one (it used to exit 1).
+async fn the_binary_on_every_interface_prints_a_token_and_never_logs_it(url: String) {
+    let dir = support::temp_dir("lan-binary");
+    let (log, terminal) = (dir.join("stdout"), dir.join("stderr"));
+    let server = BinaryServer::spawn_on(
+        "0.0.0.0",
+        &url,
+        &dir,
+        &["--allowed-host", "turnstile.example.lan"],
+        &[],
+        Some((&log, &terminal)),
+    )
+    .await;
+    let shown = std::fs::read_to_string(&terminal).unwrap();
+    let token = shown
+        .split("Access token")
+        .nth(1)
+        .and_then(|rest| {
+            rest.lines()
+                .map(str::trim)
+                .find(|l| l.len() >= 16 && !l.contains(char::is_whitespace))
+        })
+        .unwrap_or_else(|| panic!("no token on the terminal: {shown}"))
+        .to_string();
+    let port = server.api.base.rsplit(':').next().unwrap().to_string();
+    let ours = format!("127.0.0.1:{port}");
+    assert_eq!(
+        tasks_status(&server, &ours, None).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        tasks_status(&server, &ours, Some("wrong-token-0123456789")).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        tasks_status(&server, &ours, Some(&token)).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        tasks_status(&server, "turnstile.example.lan", Some(&token)).await,
+        StatusCode::OK,
+        "--allowed-host admits the proxy's name"
+    );
+    assert_eq!(
+        tasks_status(&server, "evil.example", Some(&token)).await,
+        StatusCode::FORBIDDEN,
+        "any other name is refused, token or not"
+    );
+    let mut child = server.child;
+    child.kill().await.unwrap();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("turnstile listening"),
+        "the log was captured: {logged}"
+    );
+    assert!(
+        !logged.contains(&token),
+        "the token is never logged: {logged}"
+    );
+
+    // With ACCESS_TOKEN it serves beyond loopback with that token.
+    let given = "given-token-0123456789abcdef";
+    let server = BinaryServer::spawn_on(
+        "0.0.0.0",
+        &url,
+        &dir,
+        &[],
+        &[("ACCESS_TOKEN", given)],
+        Some((&log, &terminal)),
+    )
+    .await;
+    let port = server.api.base.rsplit(':').next().unwrap().to_string();
+    let ours = format!("127.0.0.1:{port}");
+    assert_eq!(
+        tasks_status(&server, &ours, Some(given)).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        tasks_status(&server, &ours, Some(&token)).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert!(
+        !std::fs::read_to_string(&terminal)
+            .unwrap()
+            .contains("Access token")
+    );
+    let mut child = server.child;
+    child.kill().await.unwrap();
+    assert!(!std::fs::read_to_string(&log).unwrap().contains(given));
 }

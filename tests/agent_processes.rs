@@ -11,8 +11,10 @@ use support::{Api, BinaryServer, TestServer, process_alive, until};
 
 both_http!(
     an_agent_that_never_speaks_acp_fails_within_the_deadline,
+    an_agent_that_exits_on_its_own_leaves_nothing_behind,
     a_stale_mcp_token_is_refused_once_its_session_ended,
     idle_agents_make_room_at_the_cap_and_lose_their_token,
+    agents_get_a_minimal_environment_and_shutdown_has_a_deadline,
 );
 
 async fn profile(api: &Api, name: &str, command: &str, args: &[&str], env: Value) -> String {
@@ -108,6 +110,55 @@ async fn an_agent_that_never_speaks_acp_fails_within_the_deadline(url: String) {
     })
     .await;
     assert_eq!(api.delete(&format!("/api/v1/tasks/{task}")).await, 204);
+    server.stop().await;
+}
+
+/// A wrapper "agent" (like `npx`): it starts a grandchild that lets go of the agent's pipes
+/// (so the connection can end without it), writes both pids, then runs the mock agent.
+const WRAPPER: &str =
+    r#"echo "$$" > "$PIDS"; sleep 300 </dev/null >/dev/null 2>&1 & echo "$!" >> "$PIDS"; "$MOCK""#;
+
+async fn wrapper_profile(api: &Api, pid_file: &std::path::Path) -> String {
+    profile(
+        api,
+        "wrapper",
+        "/bin/sh",
+        &["-c", WRAPPER],
+        json!({ "PIDS": pid_file.to_str().unwrap(), "MOCK": env!("CARGO_BIN_EXE_mock_agent") }),
+    )
+    .await
+}
+
+/// An agent that ends on its own (here it crashes: `e2e:exit(3)`) was reaped before its
+/// group was killed, so what it had started lived on. Now the group goes with it.
+async fn an_agent_that_exits_on_its_own_leaves_nothing_behind(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let pid_file = support::temp_dir("wrapper").join("pids");
+    let wrapper = wrapper_profile(&api, &pid_file).await;
+    let (task, session) = task_with(&api, &wrapper, "e2e:message(\"hi\")").await;
+    api.wait_turns_done(&session, 1).await;
+    let both = pids(&pid_file);
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert!(
+        both.iter().all(|p| process_alive(*p)),
+        "both run with the agent"
+    );
+    let (status, _) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "e2e:exit(3)" }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    api.wait_for(&format!("/api/v1/tasks/{task}/sessions"), "failed", |v| {
+        v["sessions"][0]["state"] == "failed"
+    })
+    .await;
+    until("the wrapper's process group to end", async || {
+        both.iter().all(|p| !process_alive(*p))
+    })
+    .await;
     server.stop().await;
 }
 
@@ -261,10 +312,11 @@ async fn idle_agents_make_room_at_the_cap_and_lose_their_token(url: String) {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn agents_get_a_minimal_environment_and_shutdown_has_a_deadline() {
+/// The real binary: agents get a minimal environment (none of the server's secrets), and a
+/// shutdown ends within its deadline although an agent holds an MCP call open — and takes
+/// every agent's process group with it (a wrapper's grandchild included).
+async fn agents_get_a_minimal_environment_and_shutdown_has_a_deadline(url: String) {
     let dir = support::temp_dir("env");
-    let url = format!("sqlite:{}", dir.join("t.db").display());
     let server = BinaryServer::spawn(
         &url,
         &dir,
@@ -303,19 +355,32 @@ async fn agents_get_a_minimal_environment_and_shutdown_has_a_deadline() {
     assert!(!env.contains("DATABASE_URL"), "{env}");
     assert!(!env.contains("ACCESS_TOKEN"), "{env}");
     assert!(!env.contains("secret"), "{env}");
+    assert!(!env.contains("LEPTOS_SITE_ROOT"), "{env}");
+    assert!(!env.contains("RUST_LOG"), "{env}");
     assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
     assert!(
         env.lines().any(|l| l.starts_with("OUT=")),
         "the profile's own env"
     );
 
-    // An agent holds an MCP call open; a shutdown still ends within its deadline.
-    let (_, waiting) = api.start_task("/e2e:clarification").await;
+    // An agent (behind a wrapper) holds an MCP call open; a shutdown still ends within its
+    // deadline, and the agent, its wrapper and the wrapper's other child are gone after it.
+    let pid_file = dir.join("wrapper-pids");
+    let wrapper = wrapper_profile(&api, &pid_file).await;
+    let (_, waiting) = task_with(&api, &wrapper, "/e2e:clarification").await;
     api.pending_id(&waiting).await;
+    let mut group = pids(&pid_file);
+    assert_eq!(group.len(), 2, "{group:?}");
     let server = BinaryServer {
         child: server.child,
         api,
     };
+    let mock: Vec<u32> = children(group[0])
+        .into_iter()
+        .filter(|p| !group.contains(p))
+        .collect();
+    assert_eq!(mock.len(), 1, "the wrapper runs the mock agent: {mock:?}");
+    group.extend(mock);
     let asked = Instant::now();
     server.signal(libc::SIGTERM);
     let mut child = server.child;
@@ -329,6 +394,10 @@ async fn agents_get_a_minimal_environment_and_shutdown_has_a_deadline() {
         "{:?}",
         asked.elapsed()
     );
+    until("every agent process to end with the server", async || {
+        group.iter().all(|p| !process_alive(*p))
+    })
+    .await;
 }
 
 /// The server's child processes (every thread's `children`).

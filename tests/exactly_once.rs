@@ -15,6 +15,7 @@ use turnstile::server::repo::{NewTurn, Repository};
 
 both_http!(
     d1_a_failed_owe_after_the_claim_is_undone_and_a_retry_resumes_once,
+    d1_l18_an_answer_whose_call_ended_at_the_hand_over_is_owed_or_undone_never_lost,
     d2_an_agent_crash_keeps_the_owed_answer_and_the_next_prompt_delivers_it_first,
     d2_l18_a_crash_before_the_owed_answers_wake_up_leaves_it_owed_until_the_user_acts,
     d3_an_answer_behind_an_open_turn_is_owed_at_once_and_survives_a_failed_dispatch,
@@ -142,6 +143,48 @@ async fn d1_a_failed_owe_after_the_claim_is_undone_and_a_retry_resumes_once(url:
     assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
     api.wait_turns_done(&session, 2).await;
     assert_eq!(resumes(&api, &session).await, 1, "I4");
+    server.stop().await;
+}
+
+/// L18 after a live delivery was recorded: the waiting call ended just before the hand-over
+/// (injected at `Handover`), so nobody has the answer, and then owing it failed too. The
+/// claim used to stay (answered, recorded as delivered, owed to nobody: lost, and a non-
+/// retryable 500); now the delivery is marked undone first, so the claim is undone like any
+/// failed acceptance, and the retry resumes the agent exactly once.
+async fn d1_l18_an_answer_whose_call_ended_at_the_hand_over_is_owed_or_undone_never_lost(
+    url: String,
+) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let script = format!("e2e:ask({DB_QUESTION})\ne2e:message(\"after the question\")");
+    let (task, session) = api.start_task(&script).await;
+    let pending = api.pending_id(&session).await;
+    server.state.hooks.fail(Point::Handover, 1);
+    server.state.hooks.fail(Point::Owe, 1);
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["retryable"]), (500, &json!(true)), "{body}");
+    assert_eq!(server.state.hooks.armed(Point::Handover), 0);
+    assert_eq!(server.state.hooks.armed(Point::Owe), 0);
+    let b = bundle(&api, &pending).await;
+    assert_eq!(b["status"], "pending", "undone: {b}");
+    // The call ended without the answer; the turn goes on and ends.
+    api.wait_turns_done(&session, 1).await;
+    assert_eq!(
+        session_of(&api, &task).await["pending_action"],
+        "clarification",
+        "the question is open again"
+    );
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    api.wait_turns_done(&session, 2).await;
+    assert_eq!(resumes(&api, &session).await, 1, "I4");
+    assert!(
+        !api.agent_lines(&session)
+            .await
+            .iter()
+            .any(|l| l.starts_with("You answered")),
+        "nothing was handed to the ended call"
+    );
     server.stop().await;
 }
 

@@ -370,3 +370,37 @@ async fn unknown_pages_render_without_panicking(url: String) {
     assert_eq!(r.status(), StatusCode::OK);
     server.stop().await;
 }
+
+both_http!(a_full_prompt_queue_refuses_one_more_with_429_and_keeps_what_it_has);
+
+/// Bounds (spec "Server process"): a session queues at most `MAX_QUEUED_PROMPTS` prompts
+/// behind its open turn; one more gets 429 with the JSON error body, and the queue keeps
+/// exactly what it had (the summary's `queued_prompt_count`, P3).
+async fn a_full_prompt_queue_refuses_one_more_with_429_and_keeps_what_it_has(url: String) {
+    use turnstile::server::orchestrator::worker::MAX_QUEUED_PROMPTS;
+    let server = TestServer::start(&url).await;
+    let api = support::Api::new(&server.base);
+    let (task, session) = api.start_task("e2e:delay(60000)").await;
+    api.wait_for(&format!("/api/v1/tasks/{task}/sessions"), "running", |v| {
+        v["sessions"][0]["state"] == "running"
+    })
+    .await;
+    let prompt = format!("/api/v1/sessions/{session}/prompt");
+    for n in 1..=MAX_QUEUED_PROMPTS {
+        let (status, body) = api
+            .post(&prompt, json!({ "content": format!("p{n}") }))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["queued"], true, "{body}");
+    }
+    let (status, body) = api
+        .post(&prompt, json!({ "content": "one too many" }))
+        .await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_requests", "{body}");
+    api.wait_for(&format!("/api/v1/tasks/{task}"), "the full queue", |t| {
+        t["status_summary"]["queued_prompt_count"] == MAX_QUEUED_PROMPTS
+    })
+    .await;
+    server.stop().await;
+}

@@ -284,8 +284,18 @@ async fn an_mcp_session_answers_only_the_token_that_opened_it(url: String) {
         .await
         .unwrap();
     assert_eq!(r.status(), 401, "another token cannot use this MCP session");
-    let r = post(tokens[0], Some(&mcp_session), ping).await.unwrap();
+    let r = post(tokens[0], Some(&mcp_session), ping.clone())
+        .await
+        .unwrap();
     assert_ne!(r.status(), 401, "the owner can");
+    // A session id nobody bound (made up, or a binding forgotten at the cap) fails closed:
+    // 404, which tells an MCP client to initialize a new session — never passed through.
+    let r = post(tokens[0], Some("made-up-session-id"), ping)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "an unbound MCP session is refused");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "not_found", "{body}");
     server.stop().await;
 }
 

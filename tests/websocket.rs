@@ -334,3 +334,32 @@ async fn real_agent_question_reaches_every_client_and_metrics_count_it(url: Stri
     next_frame(&mut b, cleared).await;
     server.stop().await;
 }
+
+both_http!(the_socket_cap_refuses_one_more_and_frees_its_place_on_close);
+
+/// Bounds (spec "Server process"): a server serves a bounded number of sockets. At the cap
+/// one more upgrade is refused with 503 (nothing is held for it); a socket that closes gives
+/// its place back.
+async fn the_socket_cap_refuses_one_more_and_frees_its_place_on_close(url: String) {
+    let server = TestServer::start_with(&url, |r| r.max_websocket_clients = 2).await;
+    let mut first = connect(&server).await;
+    next_frame(&mut first, action("resync")).await;
+    let mut second = connect(&server).await;
+    next_frame(&mut second, action("resync")).await;
+    for _ in 0..3 {
+        assert_eq!(support::ws_handshake(&server.base, &[]).await, Err(503));
+    }
+    let metrics = server.metrics().await;
+    assert_eq!(
+        support::metric(&metrics, "turnstile_websocket_clients"),
+        Some(2.0),
+        "refused upgrades hold no place: {metrics}"
+    );
+    first.close(None).await.unwrap();
+    support::until("the closed socket's place to be free", async || {
+        support::ws_handshake(&server.base, &[]).await.is_ok()
+    })
+    .await;
+    drop(second);
+    server.stop().await;
+}

@@ -172,7 +172,7 @@ struct BindingMap {
 }
 
 /// MCP sessions remembered at once; the oldest binding goes first (its session then fails
-/// closed with 404 and the agent reconnects).
+/// closed with 404, `require_session`, and the agent initializes a new one).
 const MAX_BINDINGS: usize = 8192;
 
 impl Bindings {
@@ -235,10 +235,17 @@ async fn require_session(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    if let Some(id) = &named
-        && bindings.check(id, &hash) == Some(false)
-    {
-        return unauthorized("this MCP session belongs to another token");
+    // Every session rmcp opens is bound below, so a named session without a binding is
+    // unknown or forgotten: refused like rmcp refuses unknown ids (an MCP client then
+    // initializes a new session), never passed through unchecked.
+    match named.as_deref().map(|id| bindings.check(id, &hash)) {
+        Some(Some(false)) => return unauthorized("this MCP session belongs to another token"),
+        Some(None) => {
+            let body = json!({ "error": { "code": "not_found", "message":
+                "unknown MCP session: initialize a new one" } });
+            return (StatusCode::NOT_FOUND, axum::Json(body)).into_response();
+        }
+        Some(Some(true)) | None => {}
     }
     req.extensions_mut().insert(McpSession(session));
     let response = next.run(req).await;

@@ -24,7 +24,7 @@ mod sessions;
 #[cfg(feature = "ssr")]
 mod workflows;
 #[cfg(feature = "ssr")]
-mod ws;
+pub mod ws;
 
 #[cfg(feature = "ssr")]
 pub use rest::{ApiError, ApiJson};

@@ -22,19 +22,49 @@ use crate::server::time::format_micros;
 /// handful of sessions, and the server keeps a bounded number of sockets.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
 pub const MAX_SUBSCRIPTIONS: usize = 64;
-pub const MAX_CLIENTS: i64 = 1024;
+pub const MAX_CLIENTS: usize = 1024;
 
 pub async fn upgrade(State(state): State<AppState>, ws: WebSocketUpgrade) -> Response {
-    use std::sync::atomic::Ordering;
-    if state.metrics.websocket_clients.load(Ordering::Relaxed) >= MAX_CLIENTS {
+    let cap = state.runtime.config.max_websocket_clients;
+    let Some(slot) = ClientSlot::take(&state, cap) else {
         return crate::api::ApiError(crate::model::AppError::Unavailable(format!(
-            "this server already serves {MAX_CLIENTS} live connections"
+            "this server already serves {cap} live connections"
         )))
         .into_response();
-    }
+    };
     ws.max_message_size(MAX_MESSAGE_BYTES)
         .max_frame_size(MAX_MESSAGE_BYTES)
-        .on_upgrade(move |socket| serve(state, socket))
+        .on_upgrade(move |socket| async move {
+            serve_client(&state, socket).await;
+            drop(slot);
+        })
+}
+
+/// A connection's place under the cap (`turnstile_websocket_clients`): taken before the
+/// upgrade, in one atomic step (a burst of upgrades cannot pass the cap together), and given
+/// back when dropped (the connection ended, or the upgrade never happened).
+struct ClientSlot(AppState);
+
+impl ClientSlot {
+    fn take(state: &AppState, cap: usize) -> Option<ClientSlot> {
+        use std::sync::atomic::Ordering;
+        let clients = &state.metrics.websocket_clients;
+        if clients.fetch_add(1, Ordering::SeqCst) >= i64::try_from(cap).unwrap_or(i64::MAX) {
+            clients.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(ClientSlot(state.clone()))
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        self.0
+            .metrics
+            .websocket_clients
+            .fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[derive(Deserialize)]
@@ -76,19 +106,6 @@ fn is_session_scoped(event: &Event) -> bool {
     event.action.starts_with("session.message.")
 }
 
-async fn serve(state: AppState, socket: WebSocket) {
-    use std::sync::atomic::Ordering;
-    state
-        .metrics
-        .websocket_clients
-        .fetch_add(1, Ordering::Relaxed);
-    serve_client(&state, socket).await;
-    state
-        .metrics
-        .websocket_clients
-        .fetch_sub(1, Ordering::Relaxed);
-}
-
 async fn serve_client(state: &AppState, mut socket: WebSocket) {
     let state = state.clone();
     // Subscribe before the resync, so nothing between the client's refetch and now is lost.
@@ -113,8 +130,7 @@ async fn serve_client(state: &AppState, mut socket: WebSocket) {
                     }
                     Some(Err(e)) => {
                         // Oversized or malformed frames: say why, then hang up.
-                        let reason = format!("protocol error: {e}");
-                        let _ = socket.send(close(close_code::SIZE, &reason)).await;
+                        let _ = socket.send(protocol_error(e)).await;
                         return;
                     }
                     Some(Ok(Message::Close(_))) | None => return,
@@ -192,6 +208,18 @@ fn notification(
         )),
         Err(RecvError::Closed) => return ControlFlow::Break(()),
     })
+}
+
+/// The close frame for a frame the socket could not take: 1009 when too big, 1007 when its
+/// text is not UTF-8, 1002 for any other protocol error; the reason says which.
+fn protocol_error(e: axum::Error) -> Message {
+    let reason = format!("protocol error: {e}");
+    let code = match e.into_inner().downcast::<tungstenite::Error>().map(|e| *e) {
+        Ok(tungstenite::Error::Capacity(_)) => close_code::SIZE,
+        Ok(tungstenite::Error::Utf8(_)) => close_code::INVALID,
+        _ => close_code::PROTOCOL,
+    };
+    close(code, &reason)
 }
 
 fn close(code: u16, reason: &str) -> Message {

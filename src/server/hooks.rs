@@ -30,6 +30,9 @@ pub enum Point {
     /// Before a live delivery (or a detached rejection) is recorded, i.e. before the answer is
     /// handed over (L15/L16).
     Finalize,
+    /// After a live answer's delivery was recorded, before it is handed to the waiting call;
+    /// a failure armed here stands for a call that ended just then (it gets no answer).
+    Handover,
     /// Before an owed resume is handed to the agent (L18: after acceptance); the key is the
     /// session id.
     Dispatch,
@@ -73,6 +76,7 @@ impl Point {
             Point::Owe => "owe",
             Point::Owed => "owed",
             Point::Finalize => "finalize",
+            Point::Handover => "handover",
             Point::Dispatch => "dispatch",
             Point::AcceptOffer => "accept-offer",
             Point::StreamChunk => "stream-chunk",

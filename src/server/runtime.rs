@@ -33,6 +33,8 @@ pub struct RuntimeConfig {
     pub agent_start_timeout: Duration,
     /// Agent processes that may run at once (idle ones are stopped to make room).
     pub max_agents: usize,
+    /// WebSocket connections served at once (`/ws`); one more is refused with 503.
+    pub max_websocket_clients: usize,
     /// The `mock` profile runs the mock agent inside this process (tests, recording prompts;
     /// `--mock-in-process`, recording nothing).
     pub in_process_mock: Option<crate::mock_agent::InProcess>,
@@ -238,6 +240,8 @@ pub struct Runtime {
     /// session id → its worker.
     pub workers: Mutex<HashMap<String, crate::server::mailbox::SessionHandle>>,
     pub agents: AgentSlots,
+    /// The process groups of the agents running now (killed, whatever is left, on shutdown).
+    pub agent_groups: Arc<crate::server::agents::process::AgentGroups>,
     /// Issue 13: the sessions whose agent runs here and that `session_owners` records as this
     /// server's (PostgreSQL); the heartbeat checks they still are.
     pub owned: Slots<()>,
@@ -306,6 +310,7 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Self {
         Runtime {
             agents: AgentSlots::new(config.max_agents),
+            agent_groups: Arc::default(),
             config,
             waiters: Slots::default(),
             permissions: Slots::default(),

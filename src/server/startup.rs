@@ -270,4 +270,10 @@ async fn others_alive(state: &AppState, now: crate::server::time::Micros) -> boo
 pub fn shutdown(state: &AppState) {
     state.shutdown.cancel();
     crate::server::orchestrator::worker::stop_all(state);
+    // The workers stop their agents in their own time, which a process exit does not wait
+    // for: every agent's group is killed now, so nothing an agent started outlives us.
+    let killed = state.runtime.agent_groups.kill_all();
+    if killed > 0 {
+        tracing::info!(agents = killed, "agent process groups killed");
+    }
 }

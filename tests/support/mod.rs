@@ -212,6 +212,7 @@ impl TestServer {
             ask_timeout: std::time::Duration::from_secs(7200),
             agent_start_timeout: std::time::Duration::from_secs(30),
             max_agents: 16,
+            max_websocket_clients: turnstile::api::ws::MAX_CLIENTS,
             in_process_mock: None,
         };
         tune(&mut runtime);
@@ -560,6 +561,130 @@ pub async fn table_counts(url: &str) -> std::collections::BTreeMap<&'static str,
     out
 }
 
+/// Every row of every table in the database behind `url` (the migrations' bookkeeping
+/// included), each row one line of `column=value` pairs (SQL literals: `quote()` on SQLite,
+/// `quote_nullable()` on PostgreSQL, so NULL, text and numbers stay distinct), sorted per
+/// table. Equal before and after means "nothing was written", contents included: unlike
+/// [`table_counts`] it sees a row whose content was changed.
+///
+/// `volatile` names `(table, column)` pairs that change without any request (a heartbeat's
+/// timestamp, say): their values show as `<volatile>`, never silently dropped, and each must
+/// be a column of the database (a typo panics). The caller justifies every one.
+pub async fn table_rows(
+    url: &str,
+    volatile: &[(&str, &str)],
+) -> std::collections::BTreeMap<String, Vec<String>> {
+    use sqlx::Connection;
+    let sqlite = url.starts_with("sqlite:");
+    let tables_sql = if sqlite {
+        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
+         ORDER BY name"
+    } else {
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY 1"
+    };
+    let columns_sql = if sqlite {
+        "SELECT name FROM pragma_table_info($1) ORDER BY cid"
+    } else {
+        "SELECT column_name::text FROM information_schema.columns \
+         WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position"
+    };
+    let quote = if sqlite { "quote" } else { "quote_nullable" };
+    let ident = |name: &str| {
+        assert!(
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "unexpected identifier {name:?}"
+        );
+        format!("\"{name}\"")
+    };
+    // One query per table: `SELECT 'a=' || quote("a") || ' b=' || quote("b") … FROM "t"`.
+    let row_sql = |table: &str, columns: &[String]| {
+        let parts = columns
+            .iter()
+            .map(|c| {
+                if volatile.iter().any(|(t, col)| *t == table && col == c) {
+                    format!("'{c}=<volatile>'")
+                } else {
+                    format!("'{c}=' || {quote}({})", ident(c))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" || ' ' || ");
+        sqlx::AssertSqlSafe(format!("SELECT {parts} AS r FROM {}", ident(table)))
+    };
+    let mut out = std::collections::BTreeMap::new();
+    macro_rules! snapshot {
+        ($conn:expr) => {{
+            let mut c = $conn;
+            let tables: Vec<String> = sqlx::query_scalar(tables_sql)
+                .fetch_all(&mut c)
+                .await
+                .expect("list tables");
+            for table in tables {
+                let columns: Vec<String> = sqlx::query_scalar(columns_sql)
+                    .bind(&table)
+                    .fetch_all(&mut c)
+                    .await
+                    .expect("list columns");
+                let mut rows: Vec<String> = sqlx::query_scalar(row_sql(&table, &columns))
+                    .fetch_all(&mut c)
+                    .await
+                    .unwrap_or_else(|e| panic!("read {table}: {e}"));
+                rows.sort();
+                out.insert(table, (columns, rows));
+            }
+        }};
+    }
+    if sqlite {
+        snapshot!(sqlx::SqliteConnection::connect(url).await.expect("sqlite"));
+    } else {
+        snapshot!(sqlx::PgConnection::connect(url).await.expect("postgres"));
+    }
+    for (table, column) in volatile {
+        assert!(
+            out.get(*table)
+                .is_some_and(|(cols, _)| cols.iter().any(|c| c == column)),
+            "volatile column {table}.{column} is not in the database"
+        );
+    }
+    out.into_iter().map(|(t, (_, rows))| (t, rows)).collect()
+}
+
+/// The rows that differ between two [`table_rows`] snapshots, table by table (`-` only
+/// before, `+` only after); empty when they are equal.
+pub fn rows_diff(
+    before: &std::collections::BTreeMap<String, Vec<String>>,
+    after: &std::collections::BTreeMap<String, Vec<String>>,
+) -> String {
+    let mut report = String::new();
+    if before == after {
+        return report;
+    }
+    let tables: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    let empty = Vec::new();
+    for table in tables {
+        let b = before.get(table).unwrap_or(&empty);
+        let a = after.get(table).unwrap_or(&empty);
+        for row in b.iter().filter(|r| !a.contains(r)) {
+            report.push_str(&format!("\n  {table} - {row:.400}"));
+        }
+        for row in a.iter().filter(|r| !b.contains(r)) {
+            report.push_str(&format!("\n  {table} + {row:.400}"));
+        }
+    }
+    report
+}
+
+/// Panics with the rows that differ unless two [`table_rows`] snapshots are equal.
+pub fn assert_same_rows(
+    before: &std::collections::BTreeMap<String, Vec<String>>,
+    after: &std::collections::BTreeMap<String, Vec<String>>,
+    what: &str,
+) {
+    let diff = rows_diff(before, after);
+    assert!(diff.is_empty(), "{what}: the database changed:{diff}");
+}
+
 /// A WebSocket handshake to `/ws` with extra request headers: `Ok` when it upgraded, else the
 /// HTTP status it was refused with.
 pub async fn ws_handshake(base: &str, headers: &[(&str, &str)]) -> Result<(), u16> {
@@ -593,14 +718,36 @@ impl BinaryServer {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> BinaryServer {
+        Self::spawn_on("127.0.0.1", database_url, data_dir, args, env, None).await
+    }
+
+    /// [`BinaryServer::spawn`] listening on `host` (`0.0.0.0`: every interface), without the
+    /// test's own `ACCESS_TOKEN`, its output (stdout: the log; stderr: what it tells the
+    /// user) written to `output.0` and `output.1` when given. Reached over loopback.
+    pub async fn spawn_on(
+        host: &str,
+        database_url: &str,
+        data_dir: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        output: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> BinaryServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_turnstile"));
+        let (stdout, stderr) = match output {
+            Some((out, err)) => (
+                std::process::Stdio::from(std::fs::File::create(out).unwrap()),
+                std::process::Stdio::from(std::fs::File::create(err).unwrap()),
+            ),
+            None => (std::process::Stdio::null(), std::process::Stdio::inherit()),
+        };
         command
-            .args(["--addr", &format!("127.0.0.1:{port}")])
+            .env_remove("ACCESS_TOKEN")
+            .args(["--addr", &format!("{host}:{port}")])
             .arg("--database-url")
             .arg(database_url)
             .arg("--data-dir")
@@ -608,9 +755,9 @@ impl BinaryServer {
             .arg("--mock-agent")
             .arg(env!("CARGO_BIN_EXE_mock_agent"))
             .args(args)
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::inherit())
+            .env("RUST_LOG", if output.is_some() { "info" } else { "warn" })
+            .stdout(stdout)
+            .stderr(stderr)
             .kill_on_drop(true);
         for (k, v) in env {
             command.env(k, v);

@@ -42,6 +42,8 @@ pub struct LaunchSpec {
     /// The session this agent works for (the key of its hook points).
     pub session_id: String,
     pub hooks: std::sync::Arc<Hooks>,
+    /// The server's running agent groups (a stopping server kills whatever is left).
+    pub groups: std::sync::Arc<process::AgentGroups>,
 }
 
 /// A permission request waiting for the human; answer with `Some(option_id)` or `None`
@@ -149,7 +151,7 @@ pub async fn launch(
     let (events, events_rx) = mpsc::channel(EVENT_BUFFER);
     type Out = Box<dyn futures::AsyncWrite + Send + Unpin>;
     type In = Box<dyn futures::AsyncRead + Send + Unpin>;
-    let (mut runner, tail, transport, relay) = match &spec.in_process {
+    let (runner, tail, transport, relay) = match &spec.in_process {
         Some(mock) => {
             let (ours, theirs) = tokio::io::duplex(64 * 1024);
             let (their_in, their_out) = tokio::io::split(theirs);
@@ -177,6 +179,9 @@ pub async fn launch(
         }
         None => {
             let mut child = process::spawn(&spec.command, &spec.args, &spec.env, &spec.cwd)?;
+            let group = spec
+                .groups
+                .register(child.id().ok_or("the agent exited at once")?);
             let stdin = child.stdin.take().ok_or("agent stdin unavailable")?;
             let stdout = child.stdout.take().ok_or("agent stdout unavailable")?;
             let tail = child
@@ -190,7 +195,7 @@ pub async fn launch(
                 Box::new(stdin.compat_write()) as Out,
                 Box::new(incoming.compat()) as In,
             );
-            (Runner::Process(child), tail, transport, relay)
+            (Runner::Process { group, child }, tail, transport, relay)
         }
     };
     let stopped_by_us = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -321,7 +326,7 @@ pub async fn launch(
             let _ = stop_tx.send(());
             if let Some(pid) = pid {
                 // Now, not when the connection notices: the agent may ignore its closed pipes.
-                process::kill_group(pid);
+                spec.groups.kill(pid);
             }
             Err(tail
                 .explain(&format!(
@@ -336,36 +341,38 @@ pub async fn launch(
 /// What runs the agent: a process (its group killed when the connection ends) or, in tests,
 /// the mock agent inside this process.
 enum Runner {
-    Process(tokio::process::Child),
+    Process {
+        /// Dropped before `child`: a group leaves the registry before its leader is reaped.
+        group: process::GroupRegistration,
+        child: tokio::process::Child,
+    },
     InProcess(tokio::task::JoinHandle<()>),
 }
 
 impl Runner {
     fn pid(&self) -> Option<u32> {
         match self {
-            Runner::Process(child) => child.id(),
+            Runner::Process { group, .. } => Some(group.pid()),
             Runner::InProcess(_) => None,
         }
     }
 
     /// The connection is over: nothing of the agent may outlive it. An agent that ended on its
-    /// own is given a moment to exit (for its status); then its group is killed before the
-    /// leader is reaped (so the group id cannot have been reused). Returns how it exited.
-    async fn end(&mut self, asked: bool) -> Option<std::process::ExitStatus> {
+    /// own is given a moment to exit (for its status), watched without reaping it; then its
+    /// group is killed while the leader is still unreaped (so the group id cannot have been
+    /// reused), and only then reaped. Returns how it exited.
+    async fn end(self, asked: bool) -> Option<std::process::ExitStatus> {
         match self {
-            Runner::Process(child) => {
-                let grace = std::time::Duration::from_secs(if asked { 0 } else { 2 });
-                let early = tokio::time::timeout(grace, child.wait()).await;
-                if let Some(pid) = child.id() {
-                    process::kill_group(pid);
+            Runner::Process { group, mut child } => {
+                if !asked {
+                    process::exited_unreaped(group.pid(), std::time::Duration::from_secs(2)).await;
                 }
-                match early {
-                    Ok(Ok(status)) => Some(status),
-                    _ => tokio::time::timeout(std::time::Duration::from_secs(5), child.wait())
-                        .await
-                        .ok()
-                        .and_then(Result::ok),
-                }
+                // Killed and deregistered in one step, before the leader is reaped.
+                group.kill();
+                tokio::time::timeout(std::time::Duration::from_secs(5), child.wait())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
             }
             Runner::InProcess(agent) => {
                 agent.abort();

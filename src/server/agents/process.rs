@@ -1,14 +1,17 @@
 //! Agent processes with least privilege (spec "Server process"): a minimal environment (never
 //! the server's secrets such as `DATABASE_URL` or `ACCESS_TOKEN`), their own process group
-//! (killed as a group, so a wrapper such as `npx` leaves no grandchildren behind), and the
-//! last lines of their stderr kept to explain a failure.
+//! (killed as a group, so a wrapper such as `npx` leaves no grandchildren behind, also when the
+//! agent exits on its own or the server stops), and the last lines of their stderr kept to
+//! explain a failure.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 
 use super::AgentError;
@@ -81,32 +84,165 @@ pub fn kill_group(pid: u32) {
     }
 }
 
+/// Waits up to `grace` for our child `pid` to terminate **without reaping it** (a pidfd turns
+/// readable when the process exits, `pidfd_open(2)`), so its group can still be killed safely
+/// afterwards. Returns whether it exited within `grace`; `false` also when the kernel has no
+/// pidfds (the caller then kills the group at once, which is safe too).
+pub async fn exited_unreaped(pid: u32, grace: Duration) -> bool {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
+    let Ok(fd) = i32::try_from(fd) else {
+        return false;
+    };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: `fd` was just returned to us by the kernel and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: the AsyncFd owns `fd` (an OwnedFd), which stays open and the same until it drops.
+    let registered = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    };
+    let Ok(fd) = registered else {
+        return false;
+    };
+    tokio::time::timeout(grace, fd.readable()).await.is_ok()
+}
+
+/// The process groups of a server's running agents. A registered group's leader has not been
+/// reaped yet, so its id is still this agent's: a server that stops kills every group left
+/// ([`AgentGroups::kill_all`]) before it exits, so no agent — nor anything it started —
+/// outlives the server, whether or not its worker got to stop it.
+#[derive(Debug, Default)]
+pub struct AgentGroups {
+    live: Mutex<HashSet<u32>>,
+}
+
+impl AgentGroups {
+    /// Registers the group led by `pid` until the returned guard is released or dropped.
+    pub fn register(self: &Arc<Self>, pid: u32) -> GroupRegistration {
+        self.live.lock().expect("agent groups lock").insert(pid);
+        GroupRegistration {
+            groups: self.clone(),
+            pid,
+        }
+    }
+
+    /// Kills the group led by `pid` if it is still registered (its leader unreaped).
+    pub fn kill(&self, pid: u32) {
+        let live = self.live.lock().expect("agent groups lock");
+        if live.contains(&pid) {
+            kill_group(pid);
+        }
+    }
+
+    /// Kills every registered group (server shutdown); returns how many there were.
+    pub fn kill_all(&self) -> usize {
+        let live = std::mem::take(&mut *self.live.lock().expect("agent groups lock"));
+        for pid in &live {
+            kill_group(*pid);
+        }
+        live.len()
+    }
+
+    /// Groups registered now.
+    pub fn len(&self) -> usize {
+        self.live.lock().expect("agent groups lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A registered agent group; it leaves the registry when dropped (before its leader is reaped).
+pub struct GroupRegistration {
+    groups: Arc<AgentGroups>,
+    pid: u32,
+}
+
+impl GroupRegistration {
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Kills the group and leaves the registry, under its lock (so a concurrent
+    /// [`AgentGroups::kill`] can never signal a reaped leader's id).
+    pub fn kill(self) {
+        let mut live = self.groups.live.lock().expect("agent groups lock");
+        if live.remove(&self.pid) {
+            kill_group(self.pid);
+        }
+    }
+}
+
+impl Drop for GroupRegistration {
+    fn drop(&mut self) {
+        self.groups
+            .live
+            .lock()
+            .expect("agent groups lock")
+            .remove(&self.pid);
+    }
+}
+
 /// Lines an agent's stderr kept for its error message.
 const TAIL_LINES: usize = 20;
 const TAIL_LINE_CHARS: usize = 500;
+/// Bytes of one line held while it is read (a UTF-8 character is at most four).
+const TAIL_LINE_BYTES: usize = 4 * TAIL_LINE_CHARS;
 
 /// The last lines an agent wrote to stderr.
 #[derive(Clone, Default)]
 pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
 
 impl StderrTail {
-    /// Reads `stderr` until it closes, keeping the last lines (each cut to a bounded length).
+    /// Reads `stderr` until it closes, keeping the last lines (each cut to a bounded length,
+    /// and never held longer than that in memory: a line without an end is cut too).
     pub fn capture(stderr: ChildStderr) -> StderrTail {
         let tail = StderrTail::default();
-        let keep = tail.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let line: String = line.chars().take(TAIL_LINE_CHARS).collect();
-                tracing::debug!(target: "agent_stderr", "{line}");
-                let mut t = keep.0.lock().expect("stderr tail lock");
-                if t.len() == TAIL_LINES {
-                    t.pop_front();
-                }
-                t.push_back(line);
-            }
-        });
+        tokio::spawn(tail.clone().keep(stderr));
         tail
+    }
+
+    async fn keep(self, stderr: impl AsyncRead + Unpin) {
+        let mut reader = BufReader::new(stderr);
+        let mut line: Vec<u8> = Vec::new();
+        loop {
+            let buf = match reader.fill_buf().await {
+                Ok(buf) if !buf.is_empty() => buf,
+                _ => break,
+            };
+            let newline = buf.iter().position(|&b| b == b'\n');
+            let end = newline.unwrap_or(buf.len());
+            let room = TAIL_LINE_BYTES.saturating_sub(line.len());
+            line.extend_from_slice(&buf[..end.min(room)]);
+            let used = newline.map_or(buf.len(), |i| i + 1);
+            reader.consume(used);
+            if newline.is_some() {
+                self.push(&line);
+                line.clear();
+            }
+        }
+        if !line.is_empty() {
+            self.push(&line);
+        }
+    }
+
+    fn push(&self, line: &[u8]) {
+        let line: String = String::from_utf8_lossy(line)
+            .chars()
+            .take(TAIL_LINE_CHARS)
+            .collect();
+        tracing::debug!(target: "agent_stderr", "{line}");
+        let mut t = self.0.lock().expect("stderr tail lock");
+        if t.len() == TAIL_LINES {
+            t.pop_front();
+        }
+        t.push_back(line);
     }
 
     /// `reason`, followed by the stderr tail when there is one.
@@ -144,5 +280,66 @@ mod tests {
         assert!(!env.contains_key("ACCESS_TOKEN"));
         assert_eq!(env.get("OPENAI_API_KEY").map(String::as_str), Some("k"));
         assert!(env.contains_key("PATH"));
+    }
+
+    #[tokio::test]
+    async fn the_stderr_tail_keeps_bounded_lines_even_without_a_newline() {
+        let (mut writer, reader) = tokio::io::duplex(1024);
+        let tail = StderrTail::default();
+        let kept = tokio::spawn(tail.clone().keep(reader));
+        use tokio::io::AsyncWriteExt;
+        for i in 0..30 {
+            writer
+                .write_all(format!("line {i}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        // 1 MiB without a newline: held cut, not whole.
+        let long = vec![b'x'; 1024 * 1024];
+        writer.write_all(&long).await.unwrap();
+        drop(writer);
+        kept.await.unwrap();
+        let t = tail.0.lock().unwrap();
+        assert_eq!(t.len(), TAIL_LINES);
+        assert_eq!(t.front().map(String::as_str), Some("line 11"));
+        assert_eq!(t.back().map(String::len), Some(TAIL_LINE_CHARS));
+    }
+
+    #[tokio::test]
+    async fn a_registered_group_is_killed_with_everything_it_started() {
+        let mut child = Command::new("/bin/sh")
+            .args(["-c", "sleep 300 & echo $!; wait"])
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        let grandchild: i32 = out.next_line().await.unwrap().unwrap().parse().unwrap();
+        let groups = Arc::new(AgentGroups::default());
+        let registration = groups.register(child.id().unwrap());
+        assert!(!exited_unreaped(registration.pid(), Duration::ZERO).await);
+        assert_eq!(groups.kill_all(), 1);
+        assert!(groups.is_empty());
+        assert!(exited_unreaped(registration.pid(), Duration::from_secs(10)).await);
+        drop(registration);
+        child.wait().await.unwrap();
+        // Killed means gone or a zombie (reparented, it may wait for a reaper that never
+        // comes in a container).
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{grandchild}/stat")).map_or(true, |stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    .is_none_or(|state| state == "Z" || state == "X")
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !gone() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the grandchild survived"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }

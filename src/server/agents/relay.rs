@@ -38,9 +38,12 @@ pub struct Mark {
 /// How many bytes wait unread in the source (a pipe's kernel buffer); 0 when unknown.
 pub type Unread = Box<dyn Fn() -> usize + Send>;
 
+/// Marks asked for and not yet put into the output, at most (one per question being asked).
+pub const MAX_WAITING_MARKS: usize = 1024;
+
 /// The handle that asks for marks.
 pub struct Relay {
-    marks: mpsc::UnboundedSender<u64>,
+    marks: mpsc::Sender<u64>,
     next: AtomicU64,
     nonce: String,
 }
@@ -52,7 +55,7 @@ impl Relay {
     where
         R: AsyncRead + Unpin,
     {
-        let (marks, requests) = mpsc::unbounded_channel();
+        let (marks, requests) = mpsc::channel(MAX_WAITING_MARKS);
         let nonce = crate::server::repo::new_id();
         let reader = Marked {
             source,
@@ -73,10 +76,11 @@ impl Relay {
     }
 
     /// Asks for a mark after everything the agent has written so far; returns its number,
-    /// or `None` when the agent's output is no longer read.
+    /// or `None` when the agent's output is no longer read or [`MAX_WAITING_MARKS`] wait
+    /// already (an agent flooding questions: the newest are not ordered, memory stays bounded).
     pub fn mark(&self) -> Option<u64> {
         let mark = self.next.fetch_add(1, Ordering::SeqCst);
-        self.marks.send(mark).ok().map(|()| mark)
+        self.marks.try_send(mark).ok().map(|()| mark)
     }
 
     /// Whether `mark` is one of this relay's.
@@ -100,7 +104,7 @@ pub fn unread_in_pipe(fd: std::os::fd::RawFd) -> Unread {
 pub struct Marked<R> {
     source: R,
     unread: Unread,
-    requests: mpsc::UnboundedReceiver<u64>,
+    requests: mpsc::Receiver<u64>,
     asking: bool,
     /// Marks asked for and not yet put in.
     owed: Vec<u64>,

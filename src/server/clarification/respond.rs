@@ -191,7 +191,16 @@ pub async fn respond(
             publish::session_state_written(state, session, revision);
         }
         let answer = WaiterMsg::Answer { response };
-        match waiter.send(answer) {
+        let handed = match state.hooks.check(Point::Handover) {
+            Ok(()) => waiter.send(answer).map_err(drop),
+            // Injected: the call ends without the answer, as one whose future was dropped.
+            Err(_) => {
+                let gone = WaiterMsg::Ended("the call ended before its answer reached it");
+                let _ended = waiter.send(gone);
+                Err(())
+            }
+        };
+        match handed {
             Ok(()) => {
                 // The committed state, without reading it back: the claim returned the row,
                 // the questions were read above, and an answered bundle is not active (L2)
@@ -211,8 +220,15 @@ pub async fn respond(
                 }
                 return Ok(won);
             }
-            // The call ended after we took it: it goes the detached way instead.
-            Err(_) => tracing::debug!(pending_id, "the waiter left; delivering as detached"),
+            // The call ended after we took it and after the delivery was recorded: nobody has
+            // the answer. Marked undelivered again, it goes the detached way below (owed, or
+            // its claim undone), never left answered and lost.
+            Err(()) => {
+                tracing::debug!(pending_id, "the waiter left; delivering as detached");
+                if let Err(e) = state.repo.reopen_delivery(pending_id).await {
+                    return Err(crate::server::telemetry::internal(&e.to_string()));
+                }
+            }
         }
     }
     // Issue 13: the call may wait on the server that runs the session's agent (the bundle is

@@ -95,6 +95,7 @@ pub async fn launch_spec(
             .filter(|_| is_mock),
         session_id: session.id.clone(),
         hooks: state.hooks.clone(),
+        groups: state.runtime.agent_groups.clone(),
     };
     Ok((spec, hash))
 }

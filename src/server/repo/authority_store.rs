@@ -101,6 +101,12 @@ pub trait AuthorityStore: Send + Sync {
     async fn restore_bundle(&self, pending_id: &str) -> RepoResult<bool>;
 
     async fn finalize_delivery(&self, pending_id: &str) -> RepoResult<bool>;
+
+    /// An answer recorded as handed over whose waiting call had ended when it was handed:
+    /// nobody has it, so it is marked undelivered again (`delivery_pending`) and goes the
+    /// detached way — owed, or its claim undone (L18). Only an answered bundle with no resume
+    /// turn yet qualifies.
+    async fn reopen_delivery(&self, pending_id: &str) -> RepoResult<bool>;
 }
 
 #[async_trait]
@@ -300,6 +306,18 @@ where
         let done = sqlx::query::<DB>(
             "UPDATE clarification_bundles SET delivery_pending = FALSE \
              WHERE pending_id = $1 AND delivery_pending = TRUE",
+        )
+        .bind(pending_id)
+        .execute(&mut *self.writer().await?)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn reopen_delivery(&self, pending_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE clarification_bundles SET delivery_pending = TRUE \
+             WHERE pending_id = $1 AND delivery_pending = FALSE AND status = 'answered' \
+               AND NOT EXISTS (SELECT 1 FROM turns r WHERE r.resume_pending_id = $1)",
         )
         .bind(pending_id)
         .execute(&mut *self.writer().await?)
