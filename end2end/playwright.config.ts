@@ -7,7 +7,8 @@ import * as path from "node:path";
 const port = Number(process.env.E2E_PORT ?? 3107);
 const dataDir = process.env.E2E_DATA_DIR ?? path.join(os.tmpdir(), `turnstile-e2e-${port}`);
 const baseURL = `http://127.0.0.1:${port}`;
-// A second server with an access token, as when Turnstile is used from a phone on the LAN.
+// A second server with an access token, bound to every interface as when Turnstile is used
+// from a phone on the LAN (the tests reach it over loopback, which needs the token too).
 export const lanPort = Number(process.env.E2E_LAN_PORT ?? port + 1);
 export const lanToken = "e2e-lan-token-0123456789";
 
@@ -56,7 +57,7 @@ export default defineConfig({
       stderr: "pipe",
     },
     {
-      command: `../target/debug/turnstile --addr 127.0.0.1:${lanPort} --data-dir ${dataDir}-lan`,
+      command: `../target/debug/turnstile --addr 0.0.0.0:${lanPort} --data-dir ${dataDir}-lan`,
       url: `http://127.0.0.1:${lanPort}/healthz`,
       env: { LEPTOS_SITE_ROOT: "../target/site", RUST_LOG: "warn", ACCESS_TOKEN: lanToken },
       reuseExistingServer: false,

@@ -12,6 +12,8 @@ pub mod front_door;
 #[cfg(feature = "ssr")]
 mod health;
 #[cfg(feature = "ssr")]
+mod listener;
+#[cfg(feature = "ssr")]
 mod login;
 #[cfg(feature = "ssr")]
 mod mcp;
@@ -27,9 +29,11 @@ mod workflows;
 pub mod ws;
 
 #[cfg(feature = "ssr")]
+pub use listener::{MAX_CONNECTIONS, listener};
+#[cfg(feature = "ssr")]
 pub use rest::{ApiError, ApiJson};
 #[cfg(feature = "ssr")]
-pub use router::{listener, route_list, router};
+pub use router::{route_list, router};
 
 /// The server state behind a server function (provided by the router to every request).
 #[cfg(feature = "ssr")]

@@ -22,7 +22,9 @@ use crate::server::auth::FrontDoor;
 use crate::server::state::AppState;
 
 /// Requests served at once; beyond it the server answers 503 at once instead of queueing.
-/// Long waits (MCP tool calls, the socket after its upgrade) count while they last.
+/// A request counts until its response starts: a streamed response (an MCP tool call's SSE)
+/// and an upgraded socket count against the listener's connection cap instead
+/// (`api/listener.rs`), and sockets against their own (`api/ws.rs`).
 pub const MAX_IN_FLIGHT: usize = 2048;
 
 /// The pages' routes, generated once per process. Generating them renders the app with a
@@ -32,22 +34,6 @@ pub const MAX_IN_FLIGHT: usize = 2048;
 pub fn route_list() -> &'static [AxumRouteListing] {
     static ROUTES: std::sync::OnceLock<Vec<AxumRouteListing>> = std::sync::OnceLock::new();
     ROUTES.get_or_init(|| generate_route_list(App))
-}
-
-/// The listener the router is served on: every accepted connection sends at once. Without
-/// `TCP_NODELAY` a small write (the next WebSocket frame, SSE event or response) waits for the
-/// ACK of the one before, which the peer may delay by up to 40 ms (Nagle's algorithm meeting
-/// delayed ACK): B3's p99 at 500 answers/s was 21–23 ms with it, 10–11 ms without.
-pub fn listener(
-    tcp: tokio::net::TcpListener,
-) -> axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)> {
-    axum::serve::ListenerExt::tap_io(tcp, no_delay)
-}
-
-fn no_delay(stream: &mut tokio::net::TcpStream) {
-    if let Err(e) = stream.set_nodelay(true) {
-        tracing::warn!(error = %e, "cannot set TCP_NODELAY on a connection");
-    }
 }
 
 pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
@@ -174,24 +160,4 @@ async fn count_request(
         response.status().as_u16(),
     );
     response
-}
-
-#[cfg(test)]
-mod listener_tests {
-    use axum::serve::Listener;
-
-    /// Every connection the server accepts has Nagle's algorithm off (B3's tail).
-    #[tokio::test]
-    async fn accepted_connections_send_at_once() {
-        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = tcp.local_addr().unwrap();
-        let mut listener = super::listener(tcp);
-        let client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (accepted, _) = listener.accept().await;
-        assert!(
-            accepted.nodelay().unwrap(),
-            "TCP_NODELAY on the accepted side"
-        );
-        drop(client);
-    }
 }
