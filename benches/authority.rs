@@ -192,7 +192,7 @@ fn ms(d: Duration) -> String {
 
 #[tokio::main]
 async fn main() {
-    let Some(args) = common::args("authority") else {
+    let Some(args) = common::args() else {
         return;
     };
     let history = if args.quick { 100 } else { 1000 };

@@ -88,7 +88,7 @@ fn ms(d: Duration) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let Some(args) = common::args("scale") else {
+    let Some(args) = common::args() else {
         return;
     };
     let tasks = if args.quick { 2_000 } else { 10_000 };

@@ -686,7 +686,7 @@ fn pct(d: &[Duration], p: f64) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let Some(args) = common::args("server") else {
+    let Some(args) = common::args() else {
         return;
     };
     // As many asks in quick mode as in a full run: ten asks per agent measured about one

@@ -1,10 +1,13 @@
 //! Every input is hostile (spec "Server process", L12): a corpus of malformed, oversized,
 //! duplicated, unknown, mistyped and script-laden inputs across REST, server functions, the
-//! WebSocket and the MCP tool. Each one gets its clear error (or, for markup that is valid
-//! data, safe rendering), and the database is unchanged.
+//! WebSocket and the MCP tool. Each one gets its own clear error (a specific status with a
+//! message, a WebSocket error or close frame with a reason, a tool error), or, for markup that
+//! is valid data, safe rendering; and the database is unchanged, row by row and column by
+//! column (not only its row counts).
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::{SinkExt, StreamExt};
@@ -13,9 +16,12 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
-use support::{Api, TestServer, table_counts};
+use support::{Api, TestServer, rows_diff, table_rows};
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use turnstile::server::orchestrator::sessions::hash_token;
+use turnstile::server::summary::projector::{Scope, refresh_task};
 
 both_http!(the_hostile_corpus_gets_clear_errors_and_writes_nothing);
 
@@ -57,37 +63,116 @@ fn raw(
     }
 }
 
+/// A task whose title is `levels` nested arrays. serde stops at the first array (a title is a
+/// string); JSON's depth limit (serde_json's 128 levels) is met where a field takes any JSON
+/// value: the WebSocket's `payload` and the MCP tool's `arguments` below.
 fn deep_json(levels: usize) -> Vec<u8> {
-    format!(
-        "{{\"title\": {}1{}}}",
-        "[".repeat(levels),
-        "]".repeat(levels)
-    )
-    .into_bytes()
+    format!("{{\"title\": {}}}", nested(levels)).into_bytes()
 }
+
+/// Whether `v` is a non-empty string (an error's message).
+fn has_text(v: &Value) -> bool {
+    v.as_str().is_some_and(|m| !m.is_empty())
+}
+
+/// `head` followed by `tail`: a body that is valid JSON text up to bytes that are not UTF-8.
+fn with_tail(head: &[u8], tail: &[u8]) -> Vec<u8> {
+    [head, tail].concat()
+}
+
+/// `levels` nested arrays around 1: `[[[1]]]`.
+fn nested(levels: usize) -> String {
+    format!("{}1{}", "[".repeat(levels), "]".repeat(levels))
+}
+
+/// One server-function case: what the UI's edge must answer, with the `AppError` code of
+/// its JSON body (`{"code", "message"}`, or the front door's `{"error": {…}}`).
+struct FnCase {
+    name: &'static str,
+    method: reqwest::Method,
+    path: &'static str,
+    content_type: &'static str,
+    body: Vec<u8>,
+    status: u16,
+    code: &'static str,
+}
+
+fn fn_case(
+    name: &'static str,
+    path: &'static str,
+    content_type: &'static str,
+    body: impl Into<Vec<u8>>,
+    status: u16,
+    code: &'static str,
+) -> FnCase {
+    FnCase {
+        name,
+        method: reqwest::Method::POST,
+        path,
+        content_type,
+        body: body.into(),
+        status,
+        code,
+    }
+}
+
+const FORM: &str = "application/x-www-form-urlencoded";
+const JSON: &str = "application/json";
+/// Not a JSON error: a path under `/api/fn/` that names no function gets the app's "Not
+/// found." page, as every unknown path does (docs/api.md).
+const NOT_FOUND_PAGE: &str = "the app's not-found page";
+
+/// Database text that must never reach a client (issue 9: log it, answer a generic message).
+fn database_text(body: &str) -> Option<&'static str> {
+    [
+        "sqlx",
+        "SQLITE_",
+        "constraint failed",
+        "violates",
+        "duplicate key",
+        "no such table",
+        "no such column",
+        "SQLSTATE",
+        "error returned from database",
+        "syntax error at",
+    ]
+    .into_iter()
+    .find(|needle| body.contains(needle))
+}
+
+/// Columns that change while the corpus runs without any request writing them; every other
+/// column of every table (all of them, found in the catalog) is compared. Nothing else is
+/// exempt. Task summaries are repaired by task-list reads (P7), but the corpus reads no task
+/// list, and the projector's own late writes are settled before the first snapshot (see
+/// below), so a summary rewritten by a hostile input (a `last_error`, a bumped revision) is
+/// caught like any other row.
+const VOLATILE: &[(&str, &str)] = &[
+    // The PostgreSQL heartbeat (every `server_ttl / 3` = 10 s in tests) rewrites this server's
+    // `seen_at` on its own clock (issue 13); SQLite never writes it.
+    ("servers", "seen_at"),
+];
 
 async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
     let c = reqwest::Client::new();
-    // Fixtures: a task whose agent waits on a question, and a session an MCP client speaks for.
+    // Fixtures: a task whose agent waits on a question, and a session an MCP client speaks for
+    // (its agent busy for far longer than the corpus takes, so it writes nothing meanwhile).
     let (task, session) = api.start_task("/e2e:clarification").await;
     let pending = api.pending_id(&session).await;
     let (_, busy_task) = api
         .post(
             "/api/v1/tasks",
-            json!({ "title": "busy", "prompt": "e2e:delay(60000)" }),
+            json!({ "title": "busy", "prompt": "e2e:delay(600000)" }),
         )
         .await;
+    let busy_task_id = busy_task["id"].as_str().unwrap().to_string();
     let busy = busy_task["primary_session_id"]
         .as_str()
         .unwrap()
         .to_string();
     api.wait_for(
-        &format!(
-            "/api/v1/tasks/{}/sessions",
-            busy_task["id"].as_str().unwrap()
-        ),
+        &format!("/api/v1/tasks/{busy_task_id}/sessions"),
         "running",
         |v| v["sessions"][0]["state"] == "running",
     )
@@ -107,8 +192,20 @@ async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
         .await
         .expect("MCP client");
     let mcp: Arc<rmcp::service::RunningService<RoleClient, ()>> = Arc::new(mcp);
-    let before = table_counts(&url).await;
-    let mut checked = 0usize;
+    let mcp_session = raw_mcp_session(&c, &server.url("/mcp"), token).await;
+    // The projector writes task summaries after the fixtures' events, on its own time. Bring
+    // both summaries in line with the repository now: the projector's late refreshes then find
+    // nothing to change (an equal summary is never rewritten, P6), and the snapshot below can
+    // hold summaries to the same rule as every other table.
+    for id in [&task, &busy_task_id] {
+        refresh_task(&server.state, id, Scope::Full)
+            .await
+            .expect("summary refresh");
+    }
+    let before = table_rows(&url, VOLATILE).await;
+    // Inputs per surface, and every wrong answer (all are reported at once).
+    let mut checked: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut wrong: Vec<String> = Vec::new();
 
     // ---- REST ----
     let t = format!("/api/v1/tasks/{task}");
@@ -220,6 +317,22 @@ async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
             "tasks: 10,000 levels deep",
             "/api/v1/tasks",
             deep_json(10_000),
+            "application/json",
+            400,
+        ),
+        // A field the server does not read must not make a body that is not UTF-8 (so not
+        // JSON text, RFC 8259 §8.1) acceptable: this one would create a task.
+        raw(
+            "tasks: invalid UTF-8 in an unknown field",
+            "/api/v1/tasks",
+            with_tail(br#"{"title": "x", "junk": "#, b"\"\xff\xfe\"}"),
+            "application/json",
+            400,
+        ),
+        raw(
+            "tasks: lone surrogate escape",
+            "/api/v1/tasks",
+            br#"{"title": "\udcff"}"#.to_vec(),
             "application/json",
             400,
         ),
@@ -464,6 +577,14 @@ async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
             400,
         ),
         case("respond: neither", "POST", &respond, json!({}), 400),
+        // Not UTF-8, so not JSON: it would reject the pending question if accepted.
+        raw(
+            "respond: invalid UTF-8 in an unknown field",
+            &respond,
+            with_tail(br#"{"rejected": true, "junk": "#, b"\"\xff\xfe\"}"),
+            "application/json",
+            400,
+        ),
         case(
             "respond: reason too long",
             "POST",
@@ -500,86 +621,242 @@ async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
         }
         let r = r.send().await.unwrap();
         let status = r.status().as_u16();
-        let body: Value = r.json().await.unwrap_or(Value::Null);
-        assert_eq!(status, case.status, "{}: {body}", case.name);
-        assert!(
-            body["error"]["message"]
-                .as_str()
-                .is_some_and(|m| !m.is_empty()),
-            "{}: a clear error: {body}",
-            case.name
-        );
-        checked += 1;
+        let text = r.text().await.unwrap_or_default();
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let name = case.name;
+        if status != case.status {
+            wrong.push(format!(
+                "{name}: expected {}, got {status} {text:.300}",
+                case.status
+            ));
+        } else if !has_text(&body["error"]["message"]) {
+            wrong.push(format!("{name}: no clear JSON error: {status} {text:.300}"));
+        }
+        if let Some(db) = database_text(&text) {
+            wrong.push(format!("{name}: database text ({db}) in the body: {text}"));
+        }
+        *checked.entry("rest").or_default() += 1;
     }
 
-    // ---- server functions (the UI's edge): the same rules ----
+    // ---- server functions (the UI's edge): the same rules, the same statuses ----
     let own = server.base.clone();
-    for (name, path, ct, body) in [
-        (
-            "fn: empty title",
-            "/api/fn/create_task",
-            "application/x-www-form-urlencoded",
-            "title=&prompt=".to_string(),
-        ),
-        (
+    let fn_cases = vec![
+        fn_case("fn: empty title", "/api/fn/create_task", FORM, "title=&prompt=", 400, "bad_request"),
+        fn_case(
             "fn: title too long",
             "/api/fn/create_task",
-            "application/x-www-form-urlencoded",
+            FORM,
             format!("title={}&prompt=", long(301)),
+            400,
+            "bad_request",
         ),
-        (
+        fn_case(
             "fn: prompt too long",
             "/api/fn/create_task",
-            "application/x-www-form-urlencoded",
+            FORM,
             format!("title=x&prompt={}", long(100_001)),
+            400,
+            "bad_request",
         ),
-        (
-            "fn: missing fields",
+        fn_case("fn: missing fields", "/api/fn/create_task", FORM, "", 400, "bad_request"),
+        fn_case(
+            "fn: invalid UTF-8 form bytes",
             "/api/fn/create_task",
-            "application/x-www-form-urlencoded",
-            String::new(),
+            FORM,
+            b"title=\xff\xfe&prompt=".to_vec(),
+            400,
+            "bad_request",
         ),
-        (
+        fn_case(
+            "fn: invalid UTF-8 percent-encoded",
+            "/api/fn/create_task",
+            FORM,
+            "title=%FF%FE&prompt=",
+            400,
+            "bad_request",
+        ),
+        fn_case(
+            "fn: 1,000 levels of form keys",
+            "/api/fn/create_task",
+            FORM,
+            format!("title{}=x&prompt=", "[a]".repeat(1000)),
+            400,
+            "bad_request",
+        ),
+        fn_case(
+            "fn: over 1 MiB",
+            "/api/fn/create_task",
+            FORM,
+            format!("title={}&prompt=", long(1 << 20)),
+            413,
+            "payload_too_large",
+        ),
+        fn_case(
+            "fn: text/plain",
+            "/api/fn/create_task",
+            "text/plain",
+            "title=x&prompt=",
+            415,
+            "unsupported_media_type",
+        ),
+        FnCase {
+            method: reqwest::Method::GET,
+            ..fn_case("fn: GET", "/api/fn/create_task", FORM, "", 415, "unsupported_media_type")
+        },
+        fn_case(
+            "fn: unknown function",
+            "/api/fn/delete_everything",
+            FORM,
+            "all=true",
+            404,
+            NOT_FOUND_PAGE,
+        ),
+        fn_case(
             "fn: unknown session",
             "/api/fn/send_prompt",
-            "application/x-www-form-urlencoded",
-            "session_id=nope&content=hi".into(),
+            FORM,
+            "session_id=nope&content=hi",
+            404,
+            "not_found",
         ),
-        (
+        fn_case(
+            "fn: empty prompt",
+            "/api/fn/send_prompt",
+            FORM,
+            format!("session_id={session}&content="),
+            400,
+            "bad_request",
+        ),
+        fn_case(
+            "fn: session for an unknown task",
+            "/api/fn/create_session",
+            FORM,
+            "task_id=nope&prompt=hi",
+            404,
+            "not_found",
+        ),
+        fn_case(
+            "fn: cancel an unknown session",
+            "/api/fn/cancel_session",
+            FORM,
+            "session_id=nope",
+            404,
+            "not_found",
+        ),
+        fn_case(
+            "fn: unknown permission",
+            "/api/fn/answer_permission",
+            FORM,
+            "permission_id=nope&option_id=allow",
+            404,
+            "not_found",
+        ),
+        fn_case(
             "fn: unknown bundle",
             "/api/fn/answer_question",
-            "application/json",
+            JSON,
             json!({ "pending_id": "nope", "answers": [], "rejected": true }).to_string(),
+            404,
+            "not_found",
         ),
-        (
+        fn_case(
+            "fn: unknown option",
+            "/api/fn/answer_question",
+            JSON,
+            json!({ "pending_id": pending, "answers": [answer("db", "oracle")], "rejected": false })
+                .to_string(),
+            400,
+            "bad_request",
+        ),
+        fn_case(
             "fn: answers mistyped",
             "/api/fn/answer_question",
-            "application/json",
+            JSON,
             json!({ "pending_id": pending, "answers": "x", "rejected": false }).to_string(),
+            400,
+            "bad_request",
         ),
-        (
-            "fn: invalid JSON",
+        fn_case("fn: invalid JSON", "/api/fn/answer_question", JSON, "{", 400, "bad_request"),
+        fn_case(
+            "fn: invalid UTF-8 in pending_id",
             "/api/fn/answer_question",
-            "application/json",
-            "{".into(),
+            JSON,
+            with_tail(
+                br#"{"answers": [], "rejected": true, "pending_id": "#,
+                b"\"\xff\xfe\"}",
+            ),
+            400,
+            "bad_request",
         ),
-    ] {
+        // Not UTF-8, so not JSON: it would reject the pending question if accepted.
+        fn_case(
+            "fn: invalid UTF-8 in an unknown field",
+            "/api/fn/answer_question",
+            JSON,
+            with_tail(
+                format!(r#"{{"pending_id": "{pending}", "answers": [], "rejected": true, "junk": "#)
+                    .as_bytes(),
+                b"\"\xff\xfe\"}",
+            ),
+            400,
+            "bad_request",
+        ),
+        fn_case(
+            "fn: 10,000 levels deep",
+            "/api/fn/answer_question",
+            JSON,
+            format!(
+                r#"{{"pending_id": "{pending}", "answers": {}, "rejected": false}}"#,
+                nested(10_000)
+            ),
+            400,
+            "bad_request",
+        ),
+        fn_case(
+            "fn: lone surrogate escape",
+            "/api/fn/answer_question",
+            JSON,
+            r#"{"pending_id": "\udcff", "answers": [], "rejected": true}"#,
+            400,
+            "bad_request",
+        ),
+    ];
+    for case in fn_cases {
+        let name = case.name;
         let r = c
-            .post(server.url(path))
+            .request(case.method, server.url(case.path))
             .header("origin", &own)
-            .header("content-type", ct)
-            .body(body)
+            .header("content-type", case.content_type)
+            .body(case.body)
             .send()
             .await
             .unwrap();
-        let status = r.status();
+        let status = r.status().as_u16();
         let text = r.text().await.unwrap_or_default();
-        assert!(
-            status.is_client_error() || status.is_server_error(),
-            "{name}: {status} {text}"
-        );
-        assert!(!text.is_empty(), "{name}: a clear error");
-        checked += 1;
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        // Server functions answer `AppError` itself; the front door answers the REST body.
+        let error = if body["error"].is_object() {
+            &body["error"]
+        } else {
+            &body
+        };
+        let clear = if case.code == NOT_FOUND_PAGE {
+            text.contains("Not found.")
+        } else {
+            error["code"] == case.code && has_text(&error["message"])
+        };
+        if status != case.status || !clear {
+            wrong.push(format!(
+                "{name}: expected {} {}, got {status} {text:.300}",
+                case.status, case.code
+            ));
+        }
+        if let Some(db) = database_text(&text) {
+            wrong.push(format!(
+                "{name}: database text ({db}) in the body: {text:.300}"
+            ));
+        }
+        *checked.entry("server functions").or_default() += 1;
     }
 
     // ---- the WebSocket ----
@@ -594,12 +871,20 @@ async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
         ("ws: session id a number", json!({ "type": "request", "action": "subscribe.session", "payload": { "session_id": 5 } }).to_string()),
         ("ws: session id too long", json!({ "type": "request", "action": "subscribe.session", "payload": { "session_id": long(65) } }).to_string()),
         ("ws: unknown action", json!({ "type": "request", "action": "delete.everything" }).to_string()),
+        (
+            "ws: 5,000 levels deep",
+            format!(r#"{{"type": "request", "action": "ping", "payload": {}}}"#, nested(5_000)),
+        ),
     ] {
         ws.send(Message::Text(frame.into())).await.unwrap();
         let reply = next_error(&mut ws).await;
-        assert_eq!(reply["type"], "error", "{name}: {reply}");
-        assert_eq!(reply["payload"]["code"], "bad_request", "{name}: {reply}");
-        checked += 1;
+        if reply["type"] != "error"
+            || reply["payload"]["code"] != "bad_request"
+            || !has_text(&reply["payload"]["message"])
+        {
+            wrong.push(format!("{name}: expected a bad_request error, got {reply}"));
+        }
+        *checked.entry("websocket").or_default() += 1;
     }
     for i in 0..64 {
         let sub = json!({ "type": "request", "id": i, "action": "subscribe.session", "payload": { "session_id": format!("s{i}") } });
@@ -612,31 +897,66 @@ async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
         .await
         .unwrap();
     let reply = next_error(&mut ws).await;
-    assert!(
-        reply["payload"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("at most"),
-        "{reply}"
-    );
-    checked += 1;
+    if !reply["payload"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("at most"))
+    {
+        wrong.push(format!(
+            "ws: 65th subscription: expected \"at most\", got {reply}"
+        ));
+    }
+    *checked.entry("websocket").or_default() += 1;
     ws.send(Message::Text("x".repeat(20 * 1024).into()))
         .await
         .unwrap();
-    assert_eq!(close_code(&mut ws).await, Some(1009), "ws: oversized frame");
-    checked += 1;
+    let closed = close_frame(&mut ws).await;
+    if closed.as_ref().map(|c| c.0) != Some(1009) {
+        wrong.push(format!(
+            "ws: oversized frame: expected close 1009, got {closed:?}"
+        ));
+    }
+    *checked.entry("websocket").or_default() += 1;
     let (mut ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
         .await
         .unwrap();
     ws.send(Message::Binary(vec![1, 2, 3].into()))
         .await
         .unwrap();
-    assert_eq!(close_code(&mut ws).await, Some(1003), "ws: binary frame");
-    checked += 1;
+    let closed = close_frame(&mut ws).await;
+    if closed.as_ref().map(|c| c.0) != Some(1003) {
+        wrong.push(format!(
+            "ws: binary frame: expected close 1003, got {closed:?}"
+        ));
+    }
+    *checked.entry("websocket").or_default() += 1;
+    // A text frame that is not UTF-8 (a raw frame: the client library would refuse to build
+    // one): RFC 6455 §7.4.1, 1007 "inconsistent data", with a reason.
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
+        .await
+        .unwrap();
+    let bad_text = b"{\"type\": \"request\", \"action\": \"\xff\xfe\"}".to_vec();
+    ws.send(Message::Frame(Frame::message(
+        bad_text,
+        OpCode::Data(Data::Text),
+        true,
+    )))
+    .await
+    .unwrap();
+    let closed = close_frame(&mut ws).await;
+    if !closed
+        .as_ref()
+        .is_some_and(|(code, reason)| *code == 1007 && !reason.is_empty())
+    {
+        wrong.push(format!(
+            "ws: invalid UTF-8 text frame: expected close 1007 with a reason, got {closed:?}"
+        ));
+    }
+    *checked.entry("websocket").or_default() += 1;
 
     // ---- the MCP tool ----
     let q = |prompt: Value, options: Value| json!({ "prompt": prompt, "options": options });
     let two = json!([{ "label": "A" }, { "label": "B" }]);
+    let deep_context: Value = serde_json::from_str(&nested(100)).unwrap();
     for (name, args) in [
         ("mcp: no questions", json!({})),
         ("mcp: questions a string", json!({ "questions": "which?" })),
@@ -680,6 +1000,10 @@ async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
             "mcp: label too long",
             json!({ "questions": [q(json!("a"), json!([{ "label": long(201) }, { "label": "B" }]))] }),
         ),
+        (
+            "mcp: context 100 levels deep",
+            json!({ "context": deep_context, "questions": [q(json!("a"), two.clone())] }),
+        ),
     ] {
         let result = mcp
             .call_tool(
@@ -688,36 +1012,125 @@ async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
             )
             .await
             .expect("a tool result");
-        assert_eq!(result.is_error, Some(true), "{name}");
         let text: String = result
             .content
             .iter()
             .filter_map(|c| c.as_text())
             .map(|t| t.text.clone())
             .collect();
-        assert!(
-            text.contains("invalid ask_user_question input"),
-            "{name}: {text}"
-        );
-        checked += 1;
+        if result.is_error != Some(true) || !text.contains("invalid ask_user_question input") {
+            wrong.push(format!(
+                "{name}: expected a tool error, got {:?} {text}",
+                result.is_error
+            ));
+        }
+        *checked.entry("mcp").or_default() += 1;
     }
     let result = mcp
         .call_tool(
             CallToolRequestParams::new("rm_rf").with_arguments(rmcp::model::object(json!({}))),
         )
         .await;
-    assert!(
-        result.is_err() || result.unwrap().is_error == Some(true),
-        "mcp: unknown tool"
-    );
-    checked += 1;
+    match result {
+        Err(e) if e.to_string().contains("unknown tool") => {}
+        other => wrong.push(format!(
+            "mcp: unknown tool: expected an invalid-params error, got {other:?}"
+        )),
+    }
+    *checked.entry("mcp").or_default() += 1;
+    // Bodies no JSON-RPC message can be read from, on the agent's live MCP session: rmcp
+    // refuses them before any handler runs (415 "fail to deserialize request body …", rmcp's
+    // status for an unreadable body), and the session keeps working (checked below).
+    let call = |args: &str| {
+        format!(
+            r#"{{"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": {{"name": "ask_user_question", "arguments": {args}}}}}"#
+        )
+        .into_bytes()
+    };
+    // `X` marks where the bytes go (the template holds no other capital X).
+    let invalid_utf8: Vec<u8> = call(r#"{"context": "X", "questions": []}"#)
+        .into_iter()
+        .flat_map(|b| if b == b'X' { vec![0xff, 0xfe] } else { vec![b] })
+        .collect();
+    for (name, body) in [
+        ("mcp: invalid UTF-8", invalid_utf8),
+        (
+            "mcp: 10,000 levels deep",
+            call(&format!(r#"{{"context": {}}}"#, nested(10_000))),
+        ),
+        (
+            "mcp: not JSON",
+            b"{\"jsonrpc\": \"2.0\", \"id\": 99, \"method\"".to_vec(),
+        ),
+        // A well-formed question but for bytes in a field no one reads: accepted, it would
+        // ask the question (a bundle written) and wait for the user.
+        (
+            "mcp: invalid UTF-8 in an unknown field",
+            with_tail(
+                &format!(
+                    r#"{{"jsonrpc": "2.0", "id": 98, "method": "tools/call", "params": {{"name": "ask_user_question", "arguments": {}}}, "junk": "#,
+                    json!({ "questions": [q(json!("hostile?"), two.clone())] })
+                )
+                .into_bytes(),
+                b"\"\xff\xfe\"}",
+            ),
+        ),
+    ] {
+        let r = c
+            .post(server.url("/mcp"))
+            .bearer_auth(token)
+            .header("mcp-session-id", &mcp_session)
+            .header("mcp-protocol-version", MCP_VERSION)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .timeout(std::time::Duration::from_secs(10))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r
+            .text()
+            .await
+            .unwrap_or_else(|e| format!("(no whole body: {e})"));
+        if status != 415 || !text.contains("deserialize") {
+            wrong.push(format!(
+                "{name}: expected 415 \"fail to deserialize\", got {status} {text:.300}"
+            ));
+        }
+        *checked.entry("mcp").or_default() += 1;
+    }
+    // The agent's MCP session survives all of the above: a well-formed call is still read
+    // and judged on its merits (an empty question list: a tool error).
+    let ok = mcp
+        .call_tool(
+            CallToolRequestParams::new("ask_user_question")
+                .with_arguments(rmcp::model::object(json!({ "questions": [] }))),
+        )
+        .await
+        .expect("the MCP session still answers");
+    assert_eq!(ok.is_error, Some(true), "an empty question list is refused");
 
-    assert!(checked >= 50, "the corpus holds {checked} inputs");
-    assert_eq!(
-        table_counts(&url).await,
-        before,
-        "no hostile input wrote anything"
+    let total: usize = checked.values().sum();
+    println!("hostile inputs per surface: {checked:?}, {total} in all");
+    // Contents, not counts: every column of every row (but VOLATILE's) is as it was.
+    let writes = rows_diff(&before, &table_rows(&url, VOLATILE).await);
+    if !writes.is_empty() {
+        wrong.push(format!("the database changed (- before, + after):{writes}"));
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} problems with {total} hostile inputs:\n{}",
+        wrong.len(),
+        wrong.join("\n")
     );
+    assert!(
+        total >= 50,
+        "the corpus holds {total} inputs, fewer than 50: {checked:?}"
+    );
+    for surface in ["rest", "server functions", "websocket", "mcp"] {
+        assert!(checked.contains_key(surface), "no {surface} inputs ran");
+    }
 
     // ---- markup is data: stored as given, rendered as text ----
     let xss = r#"<script>alert("t")</script><img src=x onerror=alert(1)>"#;
@@ -747,6 +1160,54 @@ async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
     server.stop().await;
 }
 
+/// The MCP protocol version the raw requests below speak.
+const MCP_VERSION: &str = "2025-06-18";
+
+/// Opens an MCP session for `token` by hand (initialize, then initialized), for requests the
+/// rmcp client cannot send (bodies that are not JSON); returns its `mcp-session-id`.
+async fn raw_mcp_session(c: &reqwest::Client, url: &str, token: &str) -> String {
+    let post = |body: Value, session: Option<&str>| {
+        let mut r = c
+            .post(url)
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(s) = session {
+            r = r
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", MCP_VERSION);
+        }
+        r.send()
+    };
+    let init = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": MCP_VERSION,
+            "capabilities": {},
+            "clientInfo": { "name": "hostile-corpus", "version": "0" }
+        }
+    });
+    let r = post(init, None).await.expect("initialize");
+    assert_eq!(r.status(), 200, "initialize");
+    let session = r
+        .headers()
+        .get("mcp-session-id")
+        .expect("an MCP session id")
+        .to_str()
+        .unwrap()
+        .to_string();
+    let _ = r.text().await;
+    let r = post(
+        json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }),
+        Some(&session),
+    )
+    .await
+    .expect("initialized");
+    assert!(r.status().is_success(), "initialized: {}", r.status());
+    session
+}
+
 async fn next_error(
     ws: &mut tokio_tungstenite::WebSocketStream<
         tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
@@ -767,17 +1228,21 @@ async fn next_error(
     }
 }
 
-async fn close_code(
+/// The code and reason of the close frame the server ends the socket with (`None`: it hung
+/// up without one).
+async fn close_frame(
     ws: &mut tokio_tungstenite::WebSocketStream<
         tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
     >,
-) -> Option<u16> {
+) -> Option<(u16, String)> {
     loop {
         match tokio::time::timeout(std::time::Duration::from_secs(10), ws.next())
             .await
             .expect("the server answers")
         {
-            Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+            Some(Ok(Message::Close(frame))) => {
+                return frame.map(|f| (u16::from(f.code), f.reason.to_string()));
+            }
             Some(Ok(_)) => continue,
             Some(Err(_)) | None => return None,
         }

@@ -170,6 +170,7 @@ both!(
     l10_completing_an_older_turn_detaches_nothing,
     l11_expiry_touches_only_the_current_turn,
     l13_exactly_one_concurrent_claim_wins,
+    n3_concurrent_step_moves_from_one_step_advance_the_task_once,
     l14_claim_on_superseded_bundle_is_not_active_and_writes_nothing,
     l18_restore_puts_an_undelivered_claim_back,
     l19_unattempted_reservation_is_not_current,
@@ -379,6 +380,68 @@ async fn l11_expiry_touches_only_the_current_turn(repo: Arc<dyn Repository>) {
         w.repo.expire_session(&s, T0 + 14).await.unwrap().is_empty(),
         "repeat is a no-op"
     );
+}
+
+/// N3 (issue 10, defect 4): moving a task is a compare-and-set from the step it was in. Twenty
+/// movers released together from the same step: exactly one moves it; a mover that read an
+/// older step afterwards moves nothing.
+async fn n3_concurrent_step_moves_from_one_step_advance_the_task_once(repo: Arc<dyn Repository>) {
+    let step = |name: &str| NewWorkflowStep {
+        name: name.into(),
+        on_turn_complete: None,
+    };
+    let flow = repo
+        .create_workflow(
+            &NewWorkflow {
+                name: "flow".into(),
+                is_default: false,
+                steps: vec![step("plan"), step("build"), step("ship")],
+            },
+            T0,
+        )
+        .await
+        .unwrap();
+    let (plan, build, ship) = (&flow.steps[0].id, &flow.steps[1].id, &flow.steps[2].id);
+    let task = repo
+        .create_task(
+            &NewTask {
+                title: "moved".into(),
+                workflow_id: Some(flow.workflow.id.clone()),
+                step_id: Some(plan.clone()),
+                ..Default::default()
+            },
+            T0,
+        )
+        .await
+        .unwrap();
+    let barrier = Arc::new(tokio::sync::Barrier::new(20));
+    let mut movers = Vec::new();
+    for i in 0..20 {
+        let (repo, barrier) = (repo.clone(), barrier.clone());
+        let (task, plan, build) = (task.id.clone(), plan.clone(), build.clone());
+        movers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            repo.move_task_step(&task, &plan, &build, T0 + 1 + i)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut moved = 0;
+    for m in movers {
+        moved += usize::from(m.await.unwrap());
+    }
+    assert_eq!(moved, 1, "I6: one advance");
+    let now = repo.get_task(&task.id).await.unwrap().unwrap();
+    assert_eq!(now.step_id.as_deref(), Some(build.as_str()));
+    assert!(
+        !repo
+            .move_task_step(&task.id, plan, ship, T0 + 100)
+            .await
+            .unwrap(),
+        "a move from a step the task has left does nothing"
+    );
+    let now = repo.get_task(&task.id).await.unwrap().unwrap();
+    assert_eq!(now.step_id.as_deref(), Some(build.as_str()));
 }
 
 async fn l13_exactly_one_concurrent_claim_wins(repo: Arc<dyn Repository>) {

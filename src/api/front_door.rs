@@ -99,24 +99,100 @@ pub async fn check_origin(req: Request, next: Next) -> Response {
 /// Server functions read JSON or form bodies only: `text/plain` (which a foreign page can send
 /// without a preflight) and everything else is refused before any work.
 pub async fn server_fn_content_type(req: Request, next: Next) -> Response {
-    if is_server_fn(&req) {
-        let ct = header_str(req.headers(), header::CONTENT_TYPE).unwrap_or("");
-        let essence = ct.split(';').next().unwrap_or("").trim();
-        let ok = *req.method() == Method::POST
-            && (essence.eq_ignore_ascii_case("application/json")
-                || essence.eq_ignore_ascii_case("application/x-www-form-urlencoded"));
-        if !ok {
+    if !is_server_fn(&req) {
+        return next.run(req).await;
+    }
+    let ct = header_str(req.headers(), header::CONTENT_TYPE).unwrap_or("");
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    let form = essence.eq_ignore_ascii_case("application/x-www-form-urlencoded");
+    let ok =
+        *req.method() == Method::POST && (essence.eq_ignore_ascii_case("application/json") || form);
+    if !ok {
+        return refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            AppError::UnsupportedMediaType(
+                "server functions take POST with application/json or \
+                 application/x-www-form-urlencoded"
+                    .into(),
+            ),
+        );
+    }
+    // The body is text: JSON that is not UTF-8, or a form whose values are not once decoded,
+    // is refused here — the decoders would skip such bytes in fields nobody reads, or replace
+    // them, and write what the client never meant.
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, crate::api::rest::MAX_BODY_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
             return refuse(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                AppError::UnsupportedMediaType(
-                    "server functions take POST with application/json or \
-                     application/x-www-form-urlencoded"
-                        .into(),
-                ),
+                StatusCode::PAYLOAD_TOO_LARGE,
+                AppError::PayloadTooLarge(format!(
+                    "request body exceeds {} bytes",
+                    crate::api::rest::MAX_BODY_BYTES
+                )),
             );
         }
+    };
+    if let Err(e) = text_body(&bytes, form) {
+        return refuse(StatusCode::BAD_REQUEST, e);
     }
-    next.run(req).await
+    let response = next
+        .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await;
+    with_error_status(response).await
+}
+
+/// `Err` unless `body` is UTF-8 text (a form: once its percent-escapes are decoded).
+pub fn text_body(body: &[u8], form: bool) -> Result<(), AppError> {
+    let not_text = || AppError::BadRequest("the request body is not UTF-8 text".into());
+    if !form {
+        return std::str::from_utf8(body).map(drop).map_err(|_| not_text());
+    }
+    // `&` and `=` are ASCII, so the whole decoded body is UTF-8 exactly when every key and
+    // value is.
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut decoded = Vec::with_capacity(body.len());
+    let mut rest = body;
+    while let Some((&b, tail)) = rest.split_first() {
+        let escaped = match tail {
+            [h, l, ..] if b == b'%' => hex(*h).zip(hex(*l)),
+            _ => None,
+        };
+        match escaped {
+            Some((h, l)) => {
+                decoded.push((h * 16 + l) as u8);
+                rest = &tail[2..];
+            }
+            None => {
+                decoded.push(b);
+                rest = tail;
+            }
+        }
+    }
+    std::str::from_utf8(&decoded)
+        .map(drop)
+        .map_err(|_| not_text())
+}
+
+/// A server function's error answers with its own status (Leptos answers every error with
+/// 500): the body is our JSON error, whose code says which.
+async fn with_error_status(response: Response) -> Response {
+    use leptos::server_fn::error::SERVER_FN_ERROR_HEADER;
+    if response.status() != StatusCode::INTERNAL_SERVER_ERROR
+        || !response.headers().contains_key(SERVER_FN_ERROR_HEADER)
+    {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 1 << 20).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    if let Ok(e) = serde_json::from_slice::<AppError>(&bytes)
+        && let Ok(status) = StatusCode::from_u16(e.status())
+    {
+        parts.status = status;
+    }
+    Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// Paths anyone may fetch with a token configured: the login page, health, static assets and
@@ -253,3 +329,23 @@ pub async fn refuse_oversized_bodies(req: Request, next: Next) -> Response {
 
 /// The most an oversized body is read to answer it cleanly.
 const DRAIN_BYTES: u64 = 8 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::text_body;
+
+    #[test]
+    fn bodies_must_be_utf8_text_forms_once_decoded() {
+        assert!(text_body(r#"{"title": "caf\u00e9", "x": "é"}"#.as_bytes(), false).is_ok());
+        assert!(text_body(b"{\"junk\": \"\xff\xfe\"}", false).is_err());
+        assert!(text_body(b"title=caf%C3%A9&prompt=a+b%20c", true).is_ok());
+        assert!(
+            text_body(b"title=%FF%FE&prompt=", true).is_err(),
+            "escaped bytes"
+        );
+        assert!(text_body(b"title=\xff", true).is_err(), "raw bytes");
+        // A `%` that escapes nothing stays a `%` (as the decoders read it).
+        assert!(text_body(b"title=100%&x=%4", true).is_ok());
+        assert!(text_body(b"title=%zz", true).is_ok());
+    }
+}

@@ -40,6 +40,18 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        // JSON is UTF-8 text: bytes that are not would be skipped unread in a field nobody
+        // reads (serde), and the request would write what the client never meant.
+        let (parts, body) = req.into_parts();
+        let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+            .await
+            .map_err(|_| {
+                ApiError(AppError::PayloadTooLarge(format!(
+                    "request body exceeds {MAX_BODY_BYTES} bytes"
+                )))
+            })?;
+        crate::api::front_door::text_body(&bytes, false).map_err(ApiError)?;
+        let req = Request::from_parts(parts, axum::body::Body::from(bytes));
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(v)) => Ok(ApiJson(v)),
             Err(rejection) => Err(ApiError(rejection_to_error(rejection))),

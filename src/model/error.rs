@@ -97,6 +97,18 @@ impl FromServerFnError for AppError {
     type Encoder = JsonEncoding;
 
     fn from_server_fn_error(value: ServerFnErrorErr) -> Self {
-        AppError::Internal(value.to_string())
+        match value {
+            // On the server these are a call's arguments that did not decode: the caller's
+            // error (400), said in our words, not an internal one.
+            #[cfg(feature = "ssr")]
+            ServerFnErrorErr::Args(m) | ServerFnErrorErr::Deserialization(m) => {
+                AppError::BadRequest(format!("invalid arguments: {m}"))
+            }
+            #[cfg(feature = "ssr")]
+            ServerFnErrorErr::MissingArg(name) => {
+                AppError::BadRequest(format!("invalid arguments: `{name}` is missing"))
+            }
+            other => AppError::Internal(other.to_string()),
+        }
     }
 }

@@ -105,8 +105,14 @@ pub async fn sync(state: &AppState, session_id: &str) {
         return;
     };
     let (reply, done) = tokio::sync::oneshot::channel();
-    if h.send(Command::Sync { reply }).is_ok() {
-        let _ = tokio::time::timeout(SYNC_WAIT, done).await;
+    if h.send(Command::Sync { reply }).is_ok()
+        && tokio::time::timeout(SYNC_WAIT, done).await.is_err()
+    {
+        // The question goes on without the order guarantee rather than waiting longer.
+        tracing::warn!(
+            session_id,
+            "the worker did not take the agent's earlier output within {SYNC_WAIT:?}"
+        );
     }
 }
 
@@ -140,8 +146,13 @@ pub fn fence(state: &AppState, session_id: &str) {
 
 /// Asks the worker of `session_id`, if it runs, to stop its idle agent.
 fn release(state: &AppState, session_id: &str) {
-    if let Some(h) = running(state, session_id) {
-        let _ = h.send(Command::Release);
+    if let Some(h) = running(state, session_id)
+        && h.send(Command::Release).is_err()
+    {
+        tracing::debug!(
+            session_id,
+            "the worker stopped before it could release its agent"
+        );
     }
 }
 
@@ -360,7 +371,7 @@ impl Worker {
             Command::Prompt { content, reply } => {
                 self.failed = false;
                 let result = self.accept_prompt(content).await;
-                let _ = reply.send(result);
+                reply_to(reply, result);
             }
             Command::DeliverOwed => {
                 if self.open_turn.is_none() && !self.failed {
@@ -375,7 +386,7 @@ impl Worker {
                 } else {
                     self.deliver_owed().await.map_err(AppError::from)
                 };
-                let _ = reply.send(result);
+                reply_to(reply, result);
             }
             Command::Cancel => {
                 if let (Some(agent), Some(_)) = (&self.agent, &self.open_turn) {
@@ -389,7 +400,7 @@ impl Worker {
                 // a reply's message exists before the question that follows it.
                 self.take_until_mark().await;
                 self.flush_stream().await;
-                let _ = reply.send(());
+                reply_to(reply, ());
             }
             Command::Fence => {
                 tracing::warn!(session_id = %self.session_id, "another server runs this session now; stopping its agent here");
@@ -409,18 +420,26 @@ impl Worker {
     }
 }
 
+/// Sends a command's reply. A caller that stopped waiting (its request ended, or its wait
+/// timed out) no longer needs it; nothing else can fail here.
+pub(super) fn reply_to<T>(reply: tokio::sync::oneshot::Sender<T>, value: T) {
+    if reply.send(value).is_err() {
+        tracing::debug!("a command's caller stopped waiting for its reply");
+    }
+}
+
 /// Answers a command that arrived after the worker stopped.
 fn reply_stopped(command: Command) {
     let stopped = || AppError::Unavailable("the session worker has stopped".into());
     match command {
         Command::Prompt { reply, .. } => {
-            let _ = reply.send(Err(stopped()));
+            reply_to(reply, Err(stopped()));
         }
         Command::Retry { reply } => {
-            let _ = reply.send(Err(stopped()));
+            reply_to(reply, Err(stopped()));
         }
         Command::Sync { reply } => {
-            let _ = reply.send(());
+            reply_to(reply, ());
         }
         Command::DeliverOwed | Command::Cancel | Command::Release | Command::Fence => {}
     }

@@ -138,7 +138,7 @@ impl Worker {
             .filter(|t| Some(t) == current.as_ref())
         else {
             // No open turn, or a newer (owed) turn superseded it: nobody can answer (N6).
-            let _ = ask.reply.send(None);
+            super::reply_to(ask.reply, None);
             return Ok(());
         };
         let title = ask.tool_call["title"]
@@ -195,7 +195,7 @@ impl Worker {
     pub(super) async fn cancel_permissions(&mut self) {
         for id in std::mem::take(&mut self.permissions) {
             if let Some(reply) = self.state.runtime.permissions.take(&id) {
-                let _ = reply.send(None);
+                super::reply_to(reply, None);
                 match self
                     .state
                     .repo
