@@ -15,7 +15,80 @@ both_http!(
     a_stale_mcp_token_is_refused_once_its_session_ended,
     idle_agents_make_room_at_the_cap_and_lose_their_token,
     agents_get_a_minimal_environment_and_shutdown_has_a_deadline,
+    a_request_waits_for_a_stuck_worker_only_so_long,
 );
+
+/// Bounds (spec "Server process"): every wait an HTTP handler does on a session's worker is
+/// bounded (the handshake deadline plus 10 s). A worker held inside a write (the `StreamChunk`
+/// hook, as a stuck disk would) cannot hold the request: it gets 503, "try again"; once the
+/// worker is free again the session works.
+async fn a_request_waits_for_a_stuck_worker_only_so_long(url: String) {
+    let server = TestServer::start_with(&url, |r| {
+        r.agent_start_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let api = Api::new(&server.base);
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let reached = std::sync::Arc::new(tokio::sync::Notify::new());
+    {
+        let (gate, reached) = (gate.clone(), reached.clone());
+        server
+            .state
+            .hooks
+            .set(turnstile::server::hooks::Point::StreamChunk, move |_| {
+                let (gate, reached) = (gate.clone(), reached.clone());
+                async move {
+                    reached.notify_one();
+                    gate.acquire().await.expect("gate").forget();
+                }
+            });
+    }
+    let (task, session) = api.start_task("e2e:message(\"stuck here\")").await;
+    reached.notified().await;
+    let asked = Instant::now();
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "e2e:message(\"next\")" }),
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer in time"),
+        "{body}"
+    );
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(20),
+        "bounded by the handshake deadline + 10 s: {waited:?}"
+    );
+    server
+        .state
+        .hooks
+        .clear(turnstile::server::hooks::Point::StreamChunk);
+    gate.add_permits(1);
+    api.wait_turns_done(&session, 1).await;
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "e2e:message(\"free again\")" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    api.wait_turns_done(&session, 2).await;
+    let lines = api.agent_lines(&session).await;
+    assert!(lines.contains(&"free again".to_string()), "{lines:?}");
+    assert!(
+        !lines.contains(&"next".to_string()),
+        "the prompt answered 503 never ran: {lines:?}"
+    );
+    let (_, task) = api.get(&format!("/api/v1/tasks/{task}")).await;
+    assert_eq!(task["status_summary"]["queued_prompt_count"], 0, "{task}");
+    server.stop().await;
+}
 
 async fn profile(api: &Api, name: &str, command: &str, args: &[&str], env: Value) -> String {
     let (status, p) = api

@@ -366,8 +366,16 @@ impl Worker {
         }
     }
 
+    fn not_run(&self, what: &str) {
+        tracing::info!(session_id = %self.session_id, "the caller of a {what} stopped waiting; not run");
+    }
+
     async fn on_command(&mut self, command: Command) {
         match command {
+            // A caller that stopped waiting (its bounded wait ended with "try again") gets
+            // nothing done behind its back: its retry must not run the prompt twice.
+            Command::Prompt { reply, .. } if reply.is_closed() => self.not_run("prompt"),
+            Command::Retry { reply } if reply.is_closed() => self.not_run("retry"),
             Command::Prompt { content, reply } => {
                 self.failed = false;
                 let result = self.accept_prompt(content).await;
