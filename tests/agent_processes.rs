@@ -65,6 +65,25 @@ async fn a_request_waits_for_a_stuck_worker_only_so_long(url: String) {
         waited >= Duration::from_secs(10) && waited < Duration::from_secs(20),
         "bounded by the handshake deadline + 10 s: {waited:?}"
     );
+    // Its command queue is bounded too: commands that need no answer (cancels) fill it, and
+    // the first one over gets 503 at once.
+    let mut accepted = 0;
+    loop {
+        let (status, body) = api
+            .post(&format!("/api/v1/sessions/{session}/cancel"), json!({}))
+            .await;
+        if status == 503 {
+            assert!(
+                body["error"]["message"].as_str().unwrap().contains("busy"),
+                "{body}"
+            );
+            break;
+        }
+        assert!(status.is_success(), "{status} {body}");
+        accepted += 1;
+        assert!(accepted <= 64, "the command queue is bounded");
+    }
+    assert!(accepted > 0);
     server
         .state
         .hooks

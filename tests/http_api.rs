@@ -404,3 +404,47 @@ async fn a_full_prompt_queue_refuses_one_more_with_429_and_keeps_what_it_has(url
     .await;
     server.stop().await;
 }
+
+both_http!(a_chunked_body_over_the_limit_gets_413_with_the_json_error_and_writes_nothing);
+
+/// Bounds: a body that declares no length (chunked) is cut at the 1 MiB limit as it streams
+/// in: 413 with the JSON error body, and nothing is written.
+async fn a_chunked_body_over_the_limit_gets_413_with_the_json_error_and_writes_nothing(
+    url: String,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start(&url).await;
+    let before = support::table_counts(&url).await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (mut read, mut write) = tcp.into_split();
+    let head = format!(
+        "POST /api/v1/tasks HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    // 2 MiB in 64 KiB chunks, sent while the answer is read (the server answers and closes
+    // before all of it is sent).
+    let sender = tokio::spawn(async move {
+        write.write_all(head.as_bytes()).await?;
+        let title = format!("{{\"title\": \"{}", "x".repeat(64 * 1024));
+        let chunk = format!("{:x}\r\n{title}\r\n", title.len());
+        for _ in 0..32 {
+            write.write_all(chunk.as_bytes()).await?;
+        }
+        write.write_all(b"0\r\n\r\n").await
+    });
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&answer).contains("}}") {
+        match read.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+        }
+    }
+    sender.abort();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("\"payload_too_large\""), "{answer}");
+    assert_eq!(support::table_counts(&url).await, before, "nothing written");
+    server.stop().await;
+}
