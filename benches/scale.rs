@@ -56,7 +56,7 @@ fn runtime_config(addr: std::net::SocketAddr) -> RuntimeConfig {
         ask_timeout: Duration::from_secs(7200),
         agent_start_timeout: Duration::from_secs(30),
         max_agents: 16,
-        max_websocket_clients: turnstile::api::ws::MAX_CLIENTS,
+        max_websocket_clients: turnstile::server::runtime::MAX_WEBSOCKET_CLIENTS,
         in_process_mock: None,
     }
 }

@@ -19,10 +19,10 @@ use crate::server::state::AppState;
 use crate::server::time::format_micros;
 
 /// Bounds of the push channel: a client's messages are small requests, a client watches a
-/// handful of sessions, and the server keeps a bounded number of sockets.
+/// handful of sessions, and the server keeps a bounded number of sockets
+/// (`RuntimeConfig::max_websocket_clients`).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
 pub const MAX_SUBSCRIPTIONS: usize = 64;
-pub const MAX_CLIENTS: usize = 1024;
 
 pub async fn upgrade(State(state): State<AppState>, ws: WebSocketUpgrade) -> Response {
     let cap = state.runtime.config.max_websocket_clients;

@@ -115,7 +115,7 @@ impl Config {
             ask_timeout: std::time::Duration::from_secs(self.ask_timeout.max(1)),
             agent_start_timeout: std::time::Duration::from_secs(self.agent_start_timeout.max(1)),
             max_agents: self.max_agents.max(1),
-            max_websocket_clients: crate::api::ws::MAX_CLIENTS,
+            max_websocket_clients: crate::server::runtime::MAX_WEBSOCKET_CLIENTS,
             in_process_mock: self
                 .mock_in_process
                 .then(crate::mock_agent::InProcess::unrecorded),

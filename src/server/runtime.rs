@@ -33,12 +33,16 @@ pub struct RuntimeConfig {
     pub agent_start_timeout: Duration,
     /// Agent processes that may run at once (idle ones are stopped to make room).
     pub max_agents: usize,
-    /// WebSocket connections served at once (`/ws`); one more is refused with 503.
+    /// WebSocket connections served at once (`/ws`); one more is refused with 503
+    /// ([`MAX_WEBSOCKET_CLIENTS`] unless a test sets fewer).
     pub max_websocket_clients: usize,
     /// The `mock` profile runs the mock agent inside this process (tests, recording prompts;
     /// `--mock-in-process`, recording nothing).
     pub in_process_mock: Option<crate::mock_agent::InProcess>,
 }
+
+/// The default bound on WebSocket connections served at once.
+pub const MAX_WEBSOCKET_CLIENTS: usize = 1024;
 
 /// A map where exactly one party can take an entry (L13/L15: one of respond, cancel, timeout,
 /// supersession wins a waiter).

@@ -212,7 +212,7 @@ impl TestServer {
             ask_timeout: std::time::Duration::from_secs(7200),
             agent_start_timeout: std::time::Duration::from_secs(30),
             max_agents: 16,
-            max_websocket_clients: turnstile::api::ws::MAX_CLIENTS,
+            max_websocket_clients: turnstile::server::runtime::MAX_WEBSOCKET_CLIENTS,
             in_process_mock: None,
         };
         tune(&mut runtime);
