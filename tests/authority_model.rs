@@ -341,6 +341,7 @@ async fn claim_some(repo: &Arc<dyn Repository>, sessions: &mut [ModelSession], r
                         status,
                         response: "{}".into(),
                         reject_reason: None,
+                        by: "test".into(),
                     },
                     T0,
                 )

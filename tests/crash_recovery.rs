@@ -84,6 +84,7 @@ async fn crash_story(url: String, at: CrashAt) {
         status: BundleStatus::Answered,
         response: response.to_string(),
         reject_reason: None,
+        by: "test".into(),
     };
     assert!(matches!(
         repo.claim_bundle(&pending_id, &claim, now).await.unwrap(),

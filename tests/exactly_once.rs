@@ -600,6 +600,7 @@ async fn d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it(repo: Arc<dy
         status: BundleStatus::Answered,
         response: "{}".into(),
         reject_reason: None,
+        by: "test".into(),
     };
     assert!(matches!(
         repo.claim_bundle(&b.pending_id, &claim, 20).await.unwrap(),

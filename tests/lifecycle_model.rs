@@ -206,6 +206,7 @@ impl Seq {
             status,
             response: "{}".into(),
             reject_reason: None,
+            by: "test".into(),
         };
         let mut handles = Vec::new();
         for _ in 0..n {

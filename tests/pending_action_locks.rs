@@ -134,6 +134,7 @@ where
         status: turnstile::model::BundleStatus::Answered,
         response: "{}".into(),
         reject_reason: None,
+        by: "test".into(),
     };
     assert!(matches!(
         repo.claim_bundle(&bundle.pending_id, &claim, 2_000)

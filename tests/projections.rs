@@ -239,6 +239,7 @@ async fn i9_skipped_newer_question_stays_cleared_across_turns_and_restart(url: S
         status: BundleStatus::Rejected,
         response: "{}".into(),
         reject_reason: None,
+        by: "test".into(),
     };
     assert!(matches!(
         s.state
@@ -337,6 +338,7 @@ async fn p5_loader_failure_keeps_the_question(url: String) {
         status: BundleStatus::Answered,
         response: "{}".into(),
         reject_reason: None,
+        by: "test".into(),
     };
     s.state
         .repo
@@ -551,6 +553,7 @@ async fn p7_a_list_read_never_writes_back_an_older_pending_action(url: String) {
                 status: BundleStatus::Answered,
                 response: "{}".into(),
                 reject_reason: None,
+                by: "test".into(),
             };
             state
                 .repo

@@ -157,6 +157,7 @@ fn answer_claim() -> Claim {
         status: BundleStatus::Answered,
         response: r#"{"answers":[]}"#.into(),
         reject_reason: None,
+        by: "test".into(),
     }
 }
 
@@ -174,6 +175,7 @@ both!(
     l14_claim_on_superseded_bundle_is_not_active_and_writes_nothing,
     l18_restore_puts_an_undelivered_claim_back,
     l19_unattempted_reservation_is_not_current,
+    l19_an_abandoned_claim_is_settled_by_its_claimers_fate,
     p1_pending_action_prefers_clarification_then_latest_permission,
     p1_a_permission_request_and_its_transcript_row_are_written_together,
     p3_summary_cas_rejects_stale_and_skips_equal_content,
@@ -543,6 +545,83 @@ async fn l18_restore_puts_an_undelivered_claim_back(repo: Arc<dyn Repository>) {
     assert!(w.repo.finalize_delivery(&p).await.unwrap());
     assert!(!w.repo.restore_bundle(&p).await.unwrap());
     assert_eq!(w.bundle(&p).await.record.status, BundleStatus::Answered);
+}
+
+/// Decision 0036: a claim is abandoned once its claimer is gone (restarted, or not seen
+/// beating), never while it lives; settling restores it only while it is still that claim,
+/// withdraws an offer of it first, and finalizes one that is no longer current.
+async fn l19_an_abandoned_claim_is_settled_by_its_claimers_fate(repo: Arc<dyn Repository>) {
+    let w = World::new(repo).await;
+    let s = w.session(SessionState::WaitingForInput).await;
+    let t = w.turn(&s, T0).await;
+    let p = w.ask(&s, &t, T0 + 1).await;
+    let by = |server: &str| Claim {
+        by: server.into(),
+        ..answer_claim()
+    };
+    let claim = w.repo.claim_bundle(&p, &by("alive"), T0 + 2).await.unwrap();
+    assert!(matches!(claim, ClaimOutcome::Claimed(_)), "{claim:?}");
+    // `alive` beat at T0 + 5; `me` is the server starting. Alive since T0 + 3: nothing is
+    // abandoned — the claim's request may still accept or undo it.
+    w.repo.beat("alive", T0 + 5).await.unwrap();
+    assert_eq!(w.repo.abandoned_claims("me", T0 + 3).await.unwrap(), vec![]);
+    // Its claimer restarted (it is the one starting): abandoned, and restored while current.
+    let abandoned = w.repo.abandoned_claims("alive", T0 + 3).await.unwrap();
+    assert_eq!(
+        abandoned,
+        vec![AbandonedClaim {
+            pending_id: p.clone(),
+            task_id: w.task_id.clone(),
+            claimed_by: Some("alive".into()),
+        }]
+    );
+    // An offer of it to another server is withdrawn with the restore (the holder can no
+    // longer take it).
+    w.repo.offer_handoff(&p, T0 + 6).await.unwrap();
+    // A stale read of the claim (another claimer) settles nothing.
+    let stale = AbandonedClaim {
+        claimed_by: Some("someone else".into()),
+        ..abandoned[0].clone()
+    };
+    let before = w.bundle(&p).await;
+    assert_eq!(
+        w.repo.settle_abandoned(&stale).await.unwrap(),
+        ClaimSettled::Untouched
+    );
+    assert_eq!(
+        w.bundle(&p).await,
+        before,
+        "a claim made anew is left alone"
+    );
+    assert_eq!(
+        w.repo.settle_abandoned(&abandoned[0]).await.unwrap(),
+        ClaimSettled::Restored
+    );
+    let b = w.bundle(&p).await;
+    assert!(b.active && b.record.status == BundleStatus::Pending && !b.record.delivery_pending);
+    assert_eq!(
+        w.repo.accept_handoff(&p, T0 + 7).await.unwrap(),
+        None,
+        "the offer was withdrawn with the restore"
+    );
+    assert_eq!(
+        w.repo.settle_abandoned(&abandoned[0]).await.unwrap(),
+        ClaimSettled::Untouched,
+        "settled once"
+    );
+    // A claimer not seen since: abandoned on any server's heartbeat (no server restarting).
+    w.repo.claim_bundle(&p, &by("gone"), T0 + 8).await.unwrap();
+    let gone = w.repo.abandoned_claims("", T0 + 3).await.unwrap();
+    assert_eq!(gone.len(), 1);
+    // No longer current (a newer turn): its outcome stays, its marker is cleared.
+    w.turn(&s, T0 + 9).await;
+    assert_eq!(
+        w.repo.settle_abandoned(&gone[0]).await.unwrap(),
+        ClaimSettled::Finalized
+    );
+    let b = w.bundle(&p).await;
+    assert!(b.record.status == BundleStatus::Answered && !b.record.delivery_pending);
+    assert_eq!(w.repo.abandoned_claims("", i64::MAX).await.unwrap(), vec![]);
 }
 
 async fn l19_unattempted_reservation_is_not_current(repo: Arc<dyn Repository>) {
@@ -916,7 +995,8 @@ async fn bad_input_is_rejected_and_writes_nothing(repo: Arc<dyn Repository>) {
                 &Claim {
                     status: BundleStatus::Expired,
                     response: "{}".into(),
-                    reject_reason: None
+                    reject_reason: None,
+                    by: "test".into(),
                 },
                 T0
             )

@@ -4,9 +4,18 @@
 //! retries and restarts, with failures injected at the named points of a delivery (before the
 //! resume is owed, before a delivery is recorded, before an owed resume is dispatched) — all
 //! through HTTP, the session workers and the bundled mock agent (in process, so thousands of
-//! sequences stay fast). At every quiescent point I1–I9 are checked: I2 on the persisted
-//! summaries as stored (no P7 repair first), I4 counted at the agent, I6 as one step per
-//! completed turn at most.
+//! sequences stay fast). Two step kinds force, with hook gates, what random timing rarely hits:
+//! a server that dies while a delivery is in flight (held claimed but not accepted, accepted
+//! but not dispatched, or dispatched while the agent replies; the held task unwinds there) and
+//! starts again, and a prompt that arrives between a resume's acceptance and its dispatch.
+//!
+//! At every quiescent point I1–I9 are checked: I2 on the persisted summaries as stored (no P7
+//! repair first); I4 counted at the agent (and an accepted detached answer has its resume);
+//! I6 per turn — a trigger in the database logs every step move with the active bundles it
+//! saw (none allowed), and the moves since the last point are exactly the turns whose step
+//! action ran since then (each at most once, N3); I7 by repeating the detaches made so far,
+//! which must change nothing and announce nothing; and the L1/L18 order of a resume and a
+//! prompt that arrived before its dispatch.
 //!
 //! 2,000 sequences per database by default; `TURNSTILE_SERVICE_SEQUENCES=<n>` runs more,
 //! `TURNSTILE_SEED=<seed>` replays one.
@@ -20,6 +29,8 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
@@ -27,17 +38,20 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use support::{Api, TestServer, table_counts};
 use turnstile::mock_agent::InProcess;
-use turnstile::model::{BundleStatus, PendingAction};
+use turnstile::model::{BundleStatus, MessageAuthor, PendingAction};
 use turnstile::server::clarification::respond::RESUME_MARKER;
 use turnstile::server::hooks::Point;
-use turnstile::server::orchestrator::worker;
+use turnstile::server::orchestrator::{forward, worker};
+use turnstile::server::repo::authority::bundle_is_active;
+use turnstile::server::repo::{BundleRecord, TurnRecord};
 use turnstile::server::summary::loader;
 
 const LANES: u64 = 8;
 /// Databases at once in the three-server run (three servers each).
 const THREE_SERVER_LANES: u64 = 4;
 const STEPS: usize = 6;
-/// Enough steps that advancing never runs out (I6 counts them).
+/// As many steps as a workflow may have (I6 counts them; a sequence rarely completes more
+/// turns than this).
 const WORKFLOW_STEPS: usize = 20;
 
 /// One database and its servers (one, or three sharing the in-process mock agent).
@@ -45,32 +59,83 @@ struct Lane {
     url: String,
     servers: Vec<Option<TestServer>>,
     agent: InProcess,
+    /// A connection of the test's own, outside the servers: the step log (I6).
+    raw: Raw,
+    /// pending id → how often a server announced it detached (I7: at most once), counted
+    /// from each server's start on.
+    detached_announced: Announced,
 }
+
+type Announced = std::sync::Arc<std::sync::Mutex<BTreeMap<String, usize>>>;
 
 impl Lane {
     async fn new(url: String, servers: usize) -> Lane {
-        let mut lane = Lane {
-            url,
-            servers: (0..servers).map(|_| None).collect(),
-            agent: InProcess::default(),
-        };
+        let agent = InProcess::default();
+        let announced = Announced::default();
+        let mut started = Vec::new();
         for i in 0..servers {
-            lane.servers[i] = Some(lane.start(i).await);
+            started.push(Some(
+                Self::start_on(&url, &agent, &announced, servers, i).await,
+            ));
         }
-        lane
+        // After the first start-up created and migrated the database.
+        let mut raw = Raw::connect(&url).await;
+        raw.log_step_moves().await;
+        Lane {
+            url,
+            servers: started,
+            agent,
+            raw,
+            detached_announced: announced,
+        }
     }
 
     async fn start(&self, i: usize) -> TestServer {
-        let agent = self.agent.clone();
-        let id = (self.servers.len() > 1).then(|| format!("model-{i}"));
-        TestServer::start_with(&self.url, move |r| {
+        Self::start_on(
+            &self.url,
+            &self.agent,
+            &self.detached_announced,
+            self.servers.len(),
+            i,
+        )
+        .await
+    }
+
+    async fn start_on(
+        url: &str,
+        agent: &InProcess,
+        announced: &Announced,
+        servers: usize,
+        i: usize,
+    ) -> TestServer {
+        let agent = agent.clone();
+        let id = (servers > 1).then(|| format!("model-{i}"));
+        let server = TestServer::start_with(url, move |r| {
             r.in_process_mock = Some(agent);
             r.agent_start_timeout = Duration::from_secs(10);
             if let Some(id) = id {
                 r.server_id = id;
             }
         })
-        .await
+        .await;
+        // Every announcement counts, whenever it is published (a call's own detach may be
+        // announced after the quiescent point that saw its row).
+        let (mut events, announced) = (server.state.hub.subscribe(), announced.clone());
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                match events.recv().await {
+                    Ok(e) if !e.remote && e.action == "clarification.detached" => {
+                        let id = e.payload["bundle"]["pending_id"].as_str().unwrap_or("");
+                        *announced.lock().unwrap().entry(id.to_string()).or_default() += 1;
+                    }
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(n)) => panic!("the I7 counter missed {n} events"),
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        });
+        server
     }
 
     fn server(&self, i: usize) -> &TestServer {
@@ -88,6 +153,15 @@ impl Lane {
         self.servers[i] = Some(self.start(i).await);
     }
 
+    /// Server `i` dies where `gate` holds one of its tasks: it stops, and the held task
+    /// unwinds at the hook point (a killed process runs nothing after the point it was at).
+    async fn kill(&mut self, i: usize, gate: &Gate) {
+        if let Some(s) = self.servers[i].take() {
+            s.stop().await;
+        }
+        gate.kill();
+    }
+
     async fn stop(&mut self) {
         for s in &mut self.servers {
             if let Some(s) = s.take() {
@@ -95,6 +169,166 @@ impl Lane {
             }
         }
     }
+}
+
+/// The test's own connection to a lane's database.
+enum Raw {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+impl Raw {
+    async fn connect(url: &str) -> Raw {
+        use sqlx::Connection;
+        if url.starts_with("sqlite:") {
+            Raw::Sqlite(sqlx::SqliteConnection::connect(url).await.expect("sqlite"))
+        } else {
+            Raw::Postgres(sqlx::PgConnection::connect(url).await.expect("postgres"))
+        }
+    }
+
+    async fn execute(&mut self, sql: String) {
+        let sql = sqlx::AssertSqlSafe(sql);
+        match self {
+            Raw::Sqlite(c) => sqlx::query(sql).execute(c).await.map(|_| ()),
+            Raw::Postgres(c) => sqlx::query(sql).execute(c).await.map(|_| ()),
+        }
+        .expect("test-only schema");
+    }
+
+    /// I6, observed where it happens: a trigger logs every move of a task's step with the
+    /// number of active bundles (L2, the authority's own predicate) of the task at that moment,
+    /// in the transaction of the move. The product knows nothing of this table.
+    async fn log_step_moves(&mut self) {
+        let active = bundle_is_active("b");
+        let insert = format!(
+            "INSERT INTO model_step_moves (task_id, from_step, to_step, moved_at, active) \
+             SELECT NEW.id, OLD.step_id, NEW.step_id, NEW.updated_at, COUNT(*) \
+             FROM clarification_bundles b WHERE b.task_id = NEW.id AND {active}"
+        );
+        match self {
+            Raw::Sqlite(_) => {
+                self.execute(
+                    "CREATE TABLE model_step_moves (seq INTEGER PRIMARY KEY AUTOINCREMENT, \
+                     task_id TEXT NOT NULL, from_step TEXT, to_step TEXT, moved_at BIGINT, active BIGINT NOT NULL)"
+                        .into(),
+                )
+                .await;
+                self.execute(format!(
+                    "CREATE TRIGGER model_step_moved AFTER UPDATE OF step_id ON tasks \
+                     WHEN OLD.step_id IS NOT NEW.step_id BEGIN {insert}; END"
+                ))
+                .await;
+            }
+            Raw::Postgres(_) => {
+                self.execute(
+                    "CREATE TABLE model_step_moves (seq BIGSERIAL PRIMARY KEY, \
+                     task_id TEXT NOT NULL, from_step TEXT, to_step TEXT, moved_at BIGINT, active BIGINT NOT NULL)"
+                        .into(),
+                )
+                .await;
+                self.execute(format!(
+                    "CREATE FUNCTION model_step_moved() RETURNS trigger LANGUAGE plpgsql AS \
+                     $body$ BEGIN {insert}; RETURN NEW; END $body$"
+                ))
+                .await;
+                self.execute(
+                    "CREATE TRIGGER model_step_moved AFTER UPDATE OF step_id ON tasks \
+                     FOR EACH ROW WHEN (OLD.step_id IS DISTINCT FROM NEW.step_id) \
+                     EXECUTE FUNCTION model_step_moved()"
+                        .into(),
+                )
+                .await;
+            }
+        }
+    }
+
+    /// The task's step moves in order: when, and the active bundles each one saw.
+    async fn step_moves(&mut self, task: &str) -> Vec<(i64, i64)> {
+        const SQL: &str =
+            "SELECT moved_at, active FROM model_step_moves WHERE task_id = $1 ORDER BY seq";
+        match self {
+            Raw::Sqlite(c) => sqlx::query_as(SQL).bind(task).fetch_all(c).await,
+            Raw::Postgres(c) => sqlx::query_as(SQL).bind(task).fetch_all(c).await,
+        }
+        .expect("the step log")
+    }
+}
+
+/// Holds the first pass through a hook point with a given key, on whichever server it comes,
+/// until opened — or until that server is killed ([`Lane::kill`]): the held task then unwinds
+/// right there, as if its process had died (`resume_unwind` runs no panic hook).
+#[derive(Clone)]
+struct Gate {
+    permits: Arc<tokio::sync::Semaphore>,
+    reached: Arc<tokio::sync::Notify>,
+    at: Arc<std::sync::Mutex<Option<usize>>>,
+    taken: Arc<AtomicBool>,
+    point: Point,
+}
+
+impl Gate {
+    fn new(lane: &Lane, point: Point, key: &str) -> Gate {
+        let gate = Gate {
+            permits: Arc::new(tokio::sync::Semaphore::new(0)),
+            reached: Arc::default(),
+            at: Arc::default(),
+            taken: Arc::default(),
+            point,
+        };
+        for (i, server) in lane.all().enumerate() {
+            let (g, key) = (gate.clone(), key.to_string());
+            server.state.hooks.set(point, move |k| {
+                let first = k == key && !g.taken.swap(true, Ordering::SeqCst);
+                let g = g.clone();
+                async move {
+                    if first {
+                        *g.at.lock().unwrap() = Some(i);
+                        g.reached.notify_one();
+                        match g.permits.acquire().await {
+                            Ok(permit) => permit.forget(),
+                            Err(_) => std::panic::resume_unwind(Box::new("killed at a hook")),
+                        }
+                    }
+                }
+            });
+        }
+        gate
+    }
+
+    /// Waits until a task is held; returns the server it is on.
+    async fn reached(&self) -> Option<usize> {
+        tokio::time::timeout(Duration::from_secs(20), self.reached.notified())
+            .await
+            .ok()?;
+        *self.at.lock().unwrap()
+    }
+
+    fn open(&self) {
+        self.permits.add_permits(1);
+    }
+
+    fn kill(&self) {
+        self.permits.close();
+    }
+
+    /// Removes the hook from every running server (a restarted one has none).
+    fn clear(&self, lane: &Lane) {
+        for s in lane.servers.iter().flatten() {
+            s.state.hooks.clear(self.point);
+        }
+    }
+}
+
+/// Where a restart cuts a delivery in flight.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cut {
+    /// The claim is written, nothing accepted or handed over yet (L18: before acceptance).
+    Claimed,
+    /// A detached answer's resume is owed, not yet dispatched (L18: after acceptance).
+    Owed,
+    /// The resume was dispatched and the agent is replying to it.
+    Replying,
 }
 
 /// What the agent does in a turn (a mock-agent script).
@@ -127,6 +361,35 @@ struct Seq<'a> {
     /// Once active, then inactive while still pending: must never come back (I9).
     superseded: BTreeSet<String>,
     was_active: BTreeSet<String>,
+    /// N3/I6: completed turn → whether its step action has run (false: deferred, waiting for
+    /// the barrier). Each completed turn runs it at most once.
+    workflow: BTreeMap<String, bool>,
+    /// Step moves of the task already accounted for (I6).
+    moves_seen: usize,
+    /// L1/L18: resumes owed before a prompt arrived, which must reach the agent first.
+    orders: Vec<Order>,
+    /// Makes prompts unique (the agent records them).
+    marks: usize,
+    /// The workflow's step ids in order.
+    steps: Vec<String>,
+}
+
+/// What [`Seq::repeat_detaches`] did, for [`Seq::check_repeated_detach`].
+struct Repeated {
+    /// What the repeats changed (must be nothing).
+    changed: Vec<String>,
+    /// Bundles whose rows the repeats are about.
+    rows: BTreeSet<String>,
+}
+
+/// An owed resume and a prompt that arrived before it was dispatched.
+struct Order {
+    pending_id: String,
+    question: String,
+    prompt: String,
+    /// Both reached the agent in order and the prompt's turn started after the resume's:
+    /// nothing can change that any more.
+    done: bool,
 }
 
 impl Seq<'_> {
@@ -181,6 +444,10 @@ impl Seq<'_> {
 
     async fn prompt(&mut self, turn: Turn) {
         let content = self.script(turn);
+        self.send_prompt(content).await;
+    }
+
+    async fn send_prompt(&mut self, content: String) {
         // An armed dispatch failure hits the owed resume this prompt delivers first.
         let fault = self
             .lane
@@ -203,18 +470,26 @@ impl Seq<'_> {
         }
     }
 
-    /// Every bundle of the session with its L2 activity now.
-    async fn bundles(&self) -> Vec<(String, BundleStatus, bool)> {
+    /// Every bundle of the session with its L2 activity now, and whether it is detached.
+    async fn bundles(&self) -> Vec<(String, BundleStatus, bool, bool)> {
         let repo = &self.state().repo;
-        let mut out = Vec::new();
-        for b in repo.session_bundles(&self.session).await.unwrap() {
-            let s = repo.get_bundle(&b.pending_id).await.unwrap().unwrap();
-            out.push((b.pending_id, s.record.status, s.active));
-        }
-        out
+        let active: BTreeSet<String> = repo
+            .active_bundles(&self.session)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| b.record.pending_id)
+            .collect();
+        let all = repo.session_bundles(&self.session).await.unwrap();
+        all.into_iter()
+            .map(|b| {
+                let is_active = active.contains(&b.pending_id);
+                (b.pending_id, b.status, is_active, b.detached)
+            })
+            .collect()
     }
 
-    async fn pick(&self, rng: &mut SmallRng) -> Option<(String, BundleStatus, bool)> {
+    async fn pick(&self, rng: &mut SmallRng) -> Option<(String, BundleStatus, bool, bool)> {
         let all = self.bundles().await;
         let active: Vec<_> = all.iter().filter(|b| b.2).cloned().collect();
         if !active.is_empty() && rng.random_bool(0.75) {
@@ -233,7 +508,7 @@ impl Seq<'_> {
         fault: Option<Point>,
         fault_at: usize,
     ) {
-        let Some((pending_id, status, active)) = self.pick(rng).await else {
+        let Some((pending_id, status, active, detached)) = self.pick(rng).await else {
             return;
         };
         let state = self.state();
@@ -242,16 +517,14 @@ impl Seq<'_> {
             faulty.hooks.fail(point, 1);
         }
         let refused = !active && !matches!(status, BundleStatus::Answered | BundleStatus::Rejected);
+        let detached = active && detached;
+        let waited = self.waited(&pending_id);
         let counts_before = if refused {
             Some(table_counts(&self.lane.url).await)
         } else {
             None
         };
-        let body = if reject {
-            json!({ "rejected": true })
-        } else {
-            json!({ "answers": [{ "question_id": "q", "selected_options": ["a"] }] })
-        };
+        let body = response_body(reject);
         let api = self.api();
         let mut calls = Vec::new();
         for _ in 0..n {
@@ -311,6 +584,20 @@ impl Seq<'_> {
                 let last = &messages[messages.len().saturating_sub(3)..];
                 self.fail(&format!(
                     "I5: a 409 wrote something: {pending_id} ({status}) rows {before:?} → {after:?}: {results:?}; the session's last messages: {last:#?}"
+                ));
+            }
+        }
+        if detached && !reject && winners == 1 {
+            // L17/I4: the 200 came after exactly one resume was accepted (owed) — a detached
+            // question's agent no longer waits, so nothing else reaches it.
+            let turns = state.repo.list_turns(&self.session).await.unwrap();
+            if !turns
+                .iter()
+                .any(|t| t.resume_pending_id.as_deref() == Some(&pending_id))
+            {
+                self.fail(&format!(
+                    "I4/L17: the answer to detached {pending_id} was accepted with no resume \
+                     (a call was still registered as waiting for it: {waited}): {results:?}"
                 ));
             }
         }
@@ -457,19 +744,48 @@ impl Seq<'_> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while !self.quiet().await {
             if tokio::time::Instant::now() > deadline {
-                self.fail("no quiescent point within 20 s");
+                let repo = &self.state().repo;
+                let turns = repo.list_turns(&self.session).await.unwrap();
+                let bundles = repo.session_bundles(&self.session).await.unwrap();
+                let waiting: Vec<_> = bundles
+                    .iter()
+                    .map(|b| {
+                        let on: Vec<usize> = (0..self.lane.servers.len())
+                            .filter(|&i| {
+                                self.lane
+                                    .server(i)
+                                    .state
+                                    .runtime
+                                    .waiters
+                                    .contains(&b.pending_id)
+                            })
+                            .collect();
+                        (b.pending_id.clone(), on)
+                    })
+                    .collect();
+                let idle: Vec<_> = self
+                    .lane
+                    .all()
+                    .map(|s| worker::idle_mark(&s.state, &self.session).is_some())
+                    .collect();
+                let session = repo.get_session(&self.session).await.unwrap();
+                self.fail(&format!(
+                    "no quiescent point within 20 s: session {session:#?}, workers idle {idle:?}, \
+                     calls waiting {waiting:?}, turns {turns:#?}, bundles {bundles:#?}"
+                ));
             }
             let _ = tokio::time::timeout(Duration::from_millis(5), events.recv()).await;
             while events.try_recv().is_ok() {}
         }
     }
 
-    /// I1, I2, I4, I6, I9 at a quiescent point.
+    /// I1, I2, I4, I6, I7, I9 and the L1/L18 order of owed resumes at a quiescent point.
     async fn check(&mut self) {
         let state = self.state();
         let repo = &state.repo;
         let current = repo.current_turn_id(&self.session).await.unwrap();
-        for b in repo.active_bundles(&self.session).await.unwrap() {
+        let active = repo.active_bundles(&self.session).await.unwrap();
+        for b in &active {
             if Some(&b.record.turn_id) != current.as_ref() {
                 self.fail(&format!(
                     "I1: active {} outside the current turn",
@@ -477,16 +793,23 @@ impl Seq<'_> {
                 ));
             }
         }
-        for (id, status, active) in self.bundles().await {
-            if active {
-                if self.superseded.contains(&id) {
+        let active: BTreeSet<String> = active.into_iter().map(|b| b.record.pending_id).collect();
+        let bundles = repo.session_bundles(&self.session).await.unwrap();
+        for b in &bundles {
+            let id = &b.pending_id;
+            if active.contains(id) {
+                if self.superseded.contains(id) {
                     self.fail(&format!("I9: superseded {id} is active again"));
                 }
                 self.was_active.insert(id.clone());
-            } else if status == BundleStatus::Pending && self.was_active.contains(&id) {
+            } else if b.status == BundleStatus::Pending && self.was_active.contains(id) {
                 self.superseded.insert(id.clone());
             }
         }
+        let turns = repo.list_turns(&self.session).await.unwrap();
+        let repeated = self
+            .repeat_detaches(current.as_deref(), &bundles, &turns)
+            .await;
         // I2: the stored summary converges on the authority (the projector is asynchronous,
         // so allow it to catch up; no read below repairs anything).
         let mut events = state.hub.subscribe();
@@ -511,7 +834,6 @@ impl Seq<'_> {
         }
         // I4: at the agent, one resume per detached answer once dispatched, none otherwise.
         let prompts = self.lane.agent.prompts();
-        let turns = repo.list_turns(&self.session).await.unwrap();
         for (pending_id, text) in &self.prompts {
             let delivered = prompts
                 .iter()
@@ -531,24 +853,532 @@ impl Seq<'_> {
                 ));
             }
         }
-        // I6: at most one step per completed turn.
-        let completed = turns.iter().filter(|t| t.completed_at.is_some()).count();
-        let task = repo.get_task(&self.task).await.unwrap().unwrap();
-        let workflow = repo
-            .list_workflows()
-            .await
-            .unwrap()
-            .into_iter()
-            .find(|w| Some(&w.workflow.id) == task.workflow_id.as_ref())
-            .unwrap();
-        let step = workflow
+        self.check_workflow(&turns).await;
+        self.check_repeated_detach(&bundles, repeated).await;
+        self.check_orders(&turns).await;
+    }
+
+    /// I6 (N3), per turn: each completed turn runs its step action at most once — right at its
+    /// completion, or deferred (`workflow_deferred`) until a detached rejection frees the
+    /// barrier — and no step moves while the session has an active bundle (as the trigger saw
+    /// it at the move). The moves since the last quiescent point are exactly the turns whose
+    /// action ran since then: a turn moving twice cannot hide behind another's deferral, and
+    /// no completed turn goes without its action.
+    async fn check_workflow(&mut self, turns: &[TurnRecord]) {
+        let state = self.state();
+        let (moves, task) = tokio::join!(
+            self.lane.raw.step_moves(&self.task),
+            state.repo.get_task(&self.task)
+        );
+        let task = task.unwrap().unwrap();
+        for (n, (at, active)) in moves.iter().enumerate().skip(self.moves_seen) {
+            if *active > 0 {
+                let bundles = self
+                    .state()
+                    .repo
+                    .session_bundles(&self.session)
+                    .await
+                    .unwrap();
+                self.fail(&format!(
+                    "I6: step move {} (at {at}) happened while the task had {active} active \
+                     bundle(s); moves {moves:?}, turns {turns:#?}, bundles {bundles:#?}",
+                    n + 1
+                ));
+            }
+        }
+        let mut ran = Vec::new();
+        for t in turns.iter().filter(|t| t.completed_at.is_some()) {
+            let before = self.workflow.get(&t.id).copied();
+            match (before, t.workflow_deferred) {
+                (Some(true), true) => self.fail(&format!(
+                    "N3: turn {} ran its step action and then deferred it again (two runs)",
+                    t.id
+                )),
+                (None | Some(false), false) => ran.push(t.id.clone()),
+                _ => {}
+            }
+            self.workflow
+                .insert(t.id.clone(), before == Some(true) || !t.workflow_deferred);
+        }
+        let new = moves.len() - self.moves_seen;
+        // One move per turn whose action ran — fewer only at the last step, where there is
+        // nowhere to move (a turn completed without its action running is N3's bug too).
+        let last = task.step_id.as_ref() == self.steps.last();
+        if new > ran.len() || (new < ran.len() && !last) {
+            self.fail(&format!(
+                "I6/N3: {new} step move(s) since the last check, but {} turn(s) ran their \
+                 action since then ({ran:?}); turns: {turns:#?}",
+                ran.len()
+            ));
+        }
+        self.moves_seen = moves.len();
+        // The log and the task agree (nothing else moves the task).
+        let step = self
             .steps
             .iter()
-            .position(|s| Some(&s.id) == task.step_id.as_ref())
+            .position(|s| Some(s) == task.step_id.as_ref())
             .unwrap();
-        if step > completed {
-            self.fail(&format!("I6: {step} steps for {completed} completed turns"));
+        if step != moves.len() {
+            self.fail(&format!(
+                "the task is at step {step} after {} logged moves",
+                moves.len()
+            ));
         }
+    }
+
+    /// I7 (L9), first half: the detaches the services made, repeated on the current turn —
+    /// the only one whose bundles can be active (L2; older turns' are inert, L10): its own if
+    /// it completed (turn completion), each of its bundles' that is detached and still pending
+    /// (its call stopped waiting), and, when the session has no open turn, the session's (its
+    /// agent is gone: crash, restart). The same guarded statements the services run, which
+    /// publish exactly what these return. An attached bundle of an open turn is left alone:
+    /// the call of one the agent gave up on may be detaching it right now (a first detach).
+    async fn repeat_detaches(
+        &self,
+        current: Option<&str>,
+        bundles: &[BundleRecord],
+        turns: &[TurnRecord],
+    ) -> Repeated {
+        let state = self.state();
+        let repo = &state.repo;
+        let current = turns.iter().find(|t| Some(t.id.as_str()) == current);
+        let done = current.filter(|t| t.completed_at.is_some());
+        let open = turns
+            .iter()
+            .any(|t| t.completed_at.is_none() && !t.is_owed());
+        let mine = |b: &&BundleRecord| current.is_some_and(|t| t.id == b.turn_id);
+        let settled: BTreeSet<String> = bundles
+            .iter()
+            .filter(mine)
+            .filter(|_| done.is_some() || !open)
+            .map(|b| b.pending_id.clone())
+            .collect();
+        let detached: BTreeSet<String> = bundles
+            .iter()
+            .filter(mine)
+            .filter(|b| b.detached && b.status == BundleStatus::Pending)
+            .map(|b| b.pending_id.clone())
+            .collect();
+        let by_bundle = detached.iter().map(|id| async move {
+            let changed = repo.detach_bundle(id).await?;
+            Ok(changed.then(|| id.clone()).into_iter().collect())
+        });
+        let (by_turn, by_bundle, by_session) = tokio::join!(
+            async {
+                match done {
+                    Some(t) => repo.detach_turn(&t.id).await,
+                    None => Ok(Vec::new()),
+                }
+            },
+            futures::future::join_all(by_bundle),
+            async {
+                match open {
+                    false => repo.detach_session(&self.session).await,
+                    true => Ok(Vec::new()),
+                }
+            },
+        );
+        let mut changed = Vec::new();
+        for r in [by_turn].into_iter().chain(by_bundle).chain([by_session]) {
+            changed.extend(r.unwrap());
+        }
+        Repeated {
+            changed,
+            rows: settled.union(&detached).cloned().collect(),
+        }
+    }
+
+    /// I7, second half: the repeats changed nothing — not what they returned, not the rows
+    /// they were about — and no bundle was ever announced detached twice (counted from every
+    /// server's events since it started, so a first announcement published late is no repeat).
+    async fn check_repeated_detach(&mut self, before: &[BundleRecord], r: Repeated) {
+        let after = self
+            .state()
+            .repo
+            .session_bundles(&self.session)
+            .await
+            .unwrap();
+        let mine = |rows: &[BundleRecord]| -> Vec<BundleRecord> {
+            rows.iter()
+                .filter(|b| r.rows.contains(&b.pending_id))
+                .cloned()
+                .collect()
+        };
+        let (before, after) = (mine(before), mine(&after));
+        let published: Vec<String> = self
+            .lane
+            .detached_announced
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(id, _)| id.clone())
+            .collect();
+        if !r.changed.is_empty() || before != after || !published.is_empty() {
+            self.fail(&format!(
+                "I7: a repeated detach changed {:?}; announced detached again: {published:?}; \
+                 bundles before {before:#?}, after {after:#?}",
+                r.changed
+            ));
+        }
+    }
+
+    /// L1/L18: a resume owed before a prompt arrived reaches the agent before that prompt,
+    /// once (I4 counts it too); the prompt's turn never starts while the resume is owed, and
+    /// is the newer turn (L1 order), so the running turn is the current one.
+    async fn check_orders(&mut self, turns: &[TurnRecord]) {
+        if self.orders.iter().all(|o| o.done) {
+            return;
+        }
+        let prompts = self.lane.agent.prompts();
+        let messages = self
+            .state()
+            .repo
+            .list_messages(&self.session, None, 100_000)
+            .await
+            .unwrap();
+        let l1 = |t: &TurnRecord| (t.started_at, t.created_at, t.id.clone());
+        let mut done = Vec::new();
+        for (n, o) in self.orders.iter().enumerate().filter(|(_, o)| !o.done) {
+            let resumed: Vec<usize> = (0..prompts.len())
+                .filter(|&i| {
+                    prompts[i].starts_with(RESUME_MARKER)
+                        && prompts[i].contains(&format!("Q: {}\n", o.question))
+                })
+                .collect();
+            let prompted: Vec<usize> = (0..prompts.len())
+                .filter(|&i| prompts[i] == o.prompt)
+                .collect();
+            if prompted.len() > 1 || resumed.len() > 1 {
+                self.fail(&format!(
+                    "I4: the prompt reached the agent {} times, the resume of {} {} times",
+                    prompted.len(),
+                    o.pending_id,
+                    resumed.len()
+                ));
+            }
+            if let Some(&p) = prompted.first()
+                && resumed.first().is_none_or(|&r| r >= p)
+            {
+                self.fail(&format!(
+                    "L18: the prompt reached the agent (#{p}) before the resume of {} owed \
+                     before it arrived ({resumed:?})",
+                    o.pending_id
+                ));
+            }
+            let resume = turns
+                .iter()
+                .find(|t| t.resume_pending_id.as_deref() == Some(&o.pending_id));
+            let prompt_turn = messages
+                .iter()
+                .find(|m| m.author == MessageAuthor::User && m.content == o.prompt)
+                .and_then(|m| turns.iter().find(|t| t.id == m.turn_id));
+            if let Some(p) = prompt_turn {
+                match resume {
+                    Some(r) if !r.is_owed() && l1(r) < l1(p) => {
+                        if !prompted.is_empty() {
+                            done.push(n);
+                        }
+                    }
+                    _ => self.fail(&format!(
+                        "L1/L18: the prompt's turn {p:#?} started, the resume of {} is \
+                         {resume:#?}",
+                        o.pending_id
+                    )),
+                }
+            }
+        }
+        for n in done {
+            self.orders[n].done = true;
+        }
+    }
+
+    /// Settles and checks: a quiescent point.
+    async fn quiescent(&mut self) {
+        self.settle().await;
+        self.learn_questions().await;
+        self.check().await;
+    }
+
+    /// Dispatch failures an earlier step armed would hit the next delivery: a step that forces
+    /// an interleaving wants that delivery to go through.
+    fn disarm_dispatch(&self) {
+        for s in self.lane.all() {
+            s.state.hooks.fail(Point::Dispatch, 0);
+        }
+    }
+
+    /// Whether a tool call for `pending_id` is registered as waiting on any server.
+    fn waited(&self, pending_id: &str) -> bool {
+        self.lane
+            .all()
+            .any(|s| s.state.runtime.waiters.contains(pending_id))
+    }
+
+    /// The session's active bundles (L2), with whether each is detached.
+    async fn active_bundles(&self) -> Vec<(String, bool)> {
+        self.bundles()
+            .await
+            .into_iter()
+            .filter(|b| b.2)
+            .map(|b| (b.0, b.3))
+            .collect()
+    }
+
+    /// An active detached question (its answer is a resume, L17): one there is, or — when the
+    /// session is idle and can take a prompt — one the agent asks now (a quiescent point of its
+    /// own; the agent gives up after 30 ms, enough for its question to be written first).
+    /// `None` when there is none.
+    async fn detached_question(&mut self, rng: &mut SmallRng) -> Option<String> {
+        for attempt in 0..2 {
+            let detached: Vec<String> = self
+                .active_bundles()
+                .await
+                .into_iter()
+                .filter(|b| b.1 && self.prompts.contains_key(&b.0))
+                .map(|b| b.0)
+                .collect();
+            if !detached.is_empty() {
+                return Some(detached[rng.random_range(0..detached.len())].clone());
+            }
+            let repo = self.state().repo.clone();
+            let busy = repo
+                .list_turns(&self.session)
+                .await
+                .unwrap()
+                .iter()
+                .any(|t| t.completed_at.is_none());
+            let ended = repo
+                .get_session(&self.session)
+                .await
+                .unwrap()
+                .is_none_or(|s| s.state.is_terminal());
+            if attempt == 1 || busy || ended {
+                break;
+            }
+            let question = self.self_timed_question();
+            self.send_prompt(format!("e2e:ask-timeout(30, {question})"))
+                .await;
+            self.log
+                .push("prompt a detached question (for the next step)".into());
+            self.quiescent().await;
+        }
+        None
+    }
+
+    /// One responder, in a task of its own (the step holds it at a hook point): its status and
+    /// body, or the transport error when its server died with it.
+    fn spawn_respond(
+        &self,
+        pending_id: &str,
+        reject: bool,
+    ) -> tokio::task::JoinHandle<Result<(u16, Value), String>> {
+        let api = self.api();
+        let url = format!("{}/api/v1/clarifications/{pending_id}/respond", api.base);
+        let body = response_body(reject);
+        tokio::spawn(async move {
+            let r = api
+                .client
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = r.status().as_u16();
+            Ok((status, r.json::<Value>().await.unwrap_or(Value::Null)))
+        })
+    }
+
+    /// L1/L18 forced: a detached answer's resume is owed (accepted) and held before its worker
+    /// is woken; a prompt arrives right then; then the answer goes on. The resume must reach
+    /// the agent first, once, and the prompt's turn be the newer one ([`Seq::check_orders`]).
+    async fn prompt_between_owe_and_dispatch(&mut self, rng: &mut SmallRng) -> String {
+        self.disarm_dispatch();
+        let Some(pending_id) = self.detached_question(rng).await else {
+            return "prompt between an owed resume and its dispatch: no question".into();
+        };
+        let waited = self.waited(&pending_id);
+        let gate = Gate::new(self.lane, Point::Owed, &pending_id);
+        let mut respond = self.spawn_respond(&pending_id, false);
+        tokio::select! {
+            at = gate.reached() => if at.is_none() {
+                self.fail(&format!("the answer to {pending_id} never became owed"));
+            },
+            r = &mut respond => self.fail(&format!(
+                "answering {pending_id} (detached; a call still registered as waiting for it: \
+                 {waited}) ended before its resume was owed: {r:?}"
+            )),
+        }
+        let owed = self.state().repo.owed_resumes(&self.session).await.unwrap();
+        if !owed
+            .iter()
+            .any(|t| t.resume_pending_id.as_deref() == Some(&pending_id))
+        {
+            self.fail(&format!(
+                "L18: the answer to {pending_id} is past acceptance, but nothing is owed: {owed:#?}"
+            ));
+        }
+        let turn = random_turn(rng);
+        self.marks += 1;
+        let script = self.script(turn);
+        let content = format!(
+            "e2e:message(\"prompt {}-{} before a dispatch\")\n{script}",
+            self.seed, self.marks
+        );
+        let (status, body) = self
+            .api()
+            .post(
+                &format!("/api/v1/sessions/{}/prompt", self.session),
+                json!({ "content": content }),
+            )
+            .await;
+        if status != 200 {
+            self.fail(&format!("a prompt while a resume is owed: {status} {body}"));
+        }
+        gate.open();
+        match respond.await.unwrap() {
+            Ok((200, b)) if b["claimed"] == true => {}
+            r => self.fail(&format!("the held answer to {pending_id}: {r:?}")),
+        }
+        gate.clear(self.lane);
+        *self.claimed.entry(pending_id.clone()).or_default() += 1;
+        let question = self.prompts[&pending_id].clone();
+        self.orders.push(Order {
+            pending_id: pending_id.clone(),
+            question,
+            prompt: content,
+            done: false,
+        });
+        format!("prompt {turn:?} between the owed resume of {pending_id} and its dispatch")
+    }
+
+    /// I8 mid-delivery: an answer held at a hook point (claimed; owed; dispatched, the agent
+    /// replying) when its server dies there, and the server starts again. A claim never
+    /// accepted is restored (L19); an accepted answer stays final and start-up delivers its
+    /// resume (L18); a dispatched one is not delivered again (I4, checked at every point).
+    async fn restart_mid_delivery(&mut self, rng: &mut SmallRng) -> String {
+        self.disarm_dispatch();
+        let cut = [Cut::Claimed, Cut::Owed, Cut::Replying][rng.random_range(0..3)];
+        let reject = cut == Cut::Claimed && rng.random_bool(0.2);
+        let mut pending_id = None;
+        if cut == Cut::Claimed {
+            let active: Vec<String> = self
+                .active_bundles()
+                .await
+                .into_iter()
+                .map(|b| b.0)
+                .filter(|p| self.prompts.contains_key(p))
+                .collect();
+            if !active.is_empty() {
+                pending_id = Some(active[rng.random_range(0..active.len())].clone());
+            }
+        }
+        if pending_id.is_none() {
+            pending_id = self.detached_question(rng).await;
+        }
+        let Some(pending_id) = pending_id else {
+            return format!("restart mid-delivery ({cut:?}): no question");
+        };
+        let live = self.waited(&pending_id);
+        let (point, key) = match cut {
+            Cut::Claimed => (Point::AfterClaim, pending_id.clone()),
+            Cut::Owed => (Point::Owed, pending_id.clone()),
+            Cut::Replying => (Point::AgentUpdate, self.session.clone()),
+        };
+        let gate = Gate::new(self.lane, point, &key);
+        let mut respond = self.spawn_respond(&pending_id, reject);
+        let at = if cut == Cut::Replying {
+            match (&mut respond).await.unwrap() {
+                Ok((200, b)) if b["claimed"] == true => {}
+                r => self.fail(&format!("answering {pending_id}: {r:?}")),
+            }
+            *self.claimed.entry(pending_id.clone()).or_default() += 1;
+            gate.reached().await
+        } else {
+            tokio::select! {
+                at = gate.reached() => at,
+                r = &mut respond => self.fail(&format!(
+                    "answering {pending_id} ended before {point:?}: {r:?}"
+                )),
+            }
+        };
+        let Some(at) = at else {
+            let turns = self.state().repo.list_turns(&self.session).await.unwrap();
+            let b = self
+                .state()
+                .repo
+                .get_bundle(&pending_id)
+                .await
+                .unwrap()
+                .unwrap();
+            self.fail(&format!(
+                "the delivery of {pending_id} (live {live}) never reached {point:?}: bundle \
+                 {:#?}, turns {turns:#?}",
+                b.record
+            ));
+        };
+        // Issue 13: whether the session's agent runs on another server than the one that dies.
+        let owner = forward::owner_elsewhere(&self.lane.server(at).state, &self.session).await;
+        let elsewhere = match &owner {
+            Some(o) => format!("; the session's agent runs on {o}"),
+            None => String::new(),
+        };
+        self.lane.kill(at, &gate).await;
+        if cut != Cut::Replying {
+            // The request dies with its server (its connection closes).
+            if let Ok(r) = respond.await.unwrap() {
+                self.fail(&format!(
+                    "answering {pending_id} returned {r:?} although its server died holding it"
+                ));
+            }
+        }
+        gate.clear(self.lane);
+        self.lane.servers[at] = Some(self.lane.start(at).await);
+        self.log.push(format!(
+            "(server {at} died holding the delivery of {pending_id} at {cut:?}{elsewhere}, \
+             and started again)"
+        ));
+        self.settle().await;
+        let state = self.state();
+        let b = state.repo.get_bundle(&pending_id).await.unwrap().unwrap();
+        let turns = state.repo.list_turns(&self.session).await.unwrap();
+        let resume = turns
+            .iter()
+            .find(|t| t.resume_pending_id.as_deref() == Some(&pending_id));
+        let one_server = self.lane.servers.len() == 1;
+        match cut {
+            Cut::Claimed => {
+                if !(b.record.status == BundleStatus::Pending && b.active && resume.is_none()) {
+                    self.fail(&format!(
+                        "L19: a claim of {pending_id} cut by a restart of server {at} before \
+                         acceptance is {:?} (active {}, delivery pending {}){elsewhere}; \
+                         resume turn {resume:#?}",
+                        b.record.status, b.active, b.record.delivery_pending
+                    ));
+                }
+            }
+            Cut::Owed | Cut::Replying => {
+                if b.record.status != BundleStatus::Answered {
+                    self.fail(&format!(
+                        "L18: the accepted answer to {pending_id} is {:?} after a restart",
+                        b.record.status
+                    ));
+                }
+                let delivered = resume.is_some_and(|t| {
+                    !t.is_owed() && (cut == Cut::Owed || t.completed_at.is_some())
+                });
+                if one_server && !delivered {
+                    self.fail(&format!(
+                        "L18: after a restart at {cut:?} the resume of {pending_id} is {resume:#?}"
+                    ));
+                }
+            }
+        }
+        let what = if reject { "skip" } else { "answer" };
+        let live = if live { "live" } else { "detached" };
+        format!(
+            "restart server {at} with the {what} of {live} {pending_id} held at {cut:?}{elsewhere}"
+        )
     }
 
     /// Learns the pending ids of questions the agent asked (their prompts are unique).
@@ -574,6 +1404,25 @@ fn any_server(lane: &Lane, rng: &mut SmallRng) -> usize {
     }
 }
 
+fn random_turn(rng: &mut SmallRng) -> Turn {
+    match rng.random_range(0..10) {
+        0 => Turn::Message,
+        1..=3 => Turn::LiveQuestion,
+        4..=5 => Turn::DetachedQuestion,
+        6..=7 => Turn::QuestionAfterDetach,
+        8 => Turn::Permission,
+        _ => Turn::Crash,
+    }
+}
+
+fn response_body(reject: bool) -> Value {
+    if reject {
+        json!({ "rejected": true })
+    } else {
+        json!({ "answers": [{ "question_id": "q", "selected_options": ["a"] }] })
+    }
+}
+
 async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let via = any_server(lane, &mut rng);
@@ -585,6 +1434,20 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
         )
         .await;
     assert_eq!(status, 200, "{task}");
+    let steps = lane
+        .server(0)
+        .state
+        .repo
+        .list_workflows()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|w| w.workflow.id == workflow)
+        .unwrap()
+        .steps
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
     let mut s = Seq {
         task: task["id"].as_str().unwrap().to_string(),
         session: task["primary_session_id"].as_str().unwrap().to_string(),
@@ -598,6 +1461,11 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
         claimed: BTreeMap::new(),
         superseded: BTreeSet::new(),
         was_active: BTreeSet::new(),
+        workflow: BTreeMap::new(),
+        moves_seen: 0,
+        orders: Vec::new(),
+        marks: 0,
+        steps,
     };
     s.settle().await;
     for _ in 0..STEPS {
@@ -605,19 +1473,12 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
         s.via = any_server(s.lane, &mut rng);
         let op = rng.random_range(0..100);
         let name = match op {
-            0..=34 => {
-                let turn = match rng.random_range(0..10) {
-                    0 => Turn::Message,
-                    1..=3 => Turn::LiveQuestion,
-                    4..=5 => Turn::DetachedQuestion,
-                    6..=7 => Turn::QuestionAfterDetach,
-                    8 => Turn::Permission,
-                    _ => Turn::Crash,
-                };
+            0..=29 => {
+                let turn = random_turn(&mut rng);
                 s.prompt(turn).await;
                 format!("prompt {turn:?}")
             }
-            35..=54 => {
+            30..=54 => {
                 s.respond(&mut rng, false, 1, None, 0).await;
                 "answer".into()
             }
@@ -649,17 +1510,21 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
                 s.post("retry", &[200, 409, 500, 503]).await;
                 "retry".into()
             }
-            _ => {
+            93..=95 => {
                 let which = any_server(s.lane, &mut rng);
                 s.lane.restart(which).await;
                 format!("restart server {which}")
             }
+            96..=97 => s.restart_mid_delivery(&mut rng).await,
+            _ => s.prompt_between_owe_and_dispatch(&mut rng).await,
         };
         let name = if s.lane.servers.len() > 1 {
             format!("{name} (via server {})", s.via)
         } else {
             name
         };
+        // Logged before its quiescent point, so a failure there names the step.
+        s.log.push(name.clone());
         let acted = started.elapsed();
         s.settle().await;
         let settled = started.elapsed();
@@ -671,7 +1536,6 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
                 started.elapsed()
             );
         }
-        s.log.push(name);
     }
     // Done: stop its agent and end the session, so later restarts leave it alone.
     for server in s.lane.all() {

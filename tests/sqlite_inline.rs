@@ -71,6 +71,7 @@ async fn b3_sqlite_statements_run_on_the_callers_thread() {
         status: BundleStatus::Answered,
         response: "{}".into(),
         reject_reason: None,
+        by: "test".into(),
     };
     assert!(matches!(
         repo.claim_bundle(&pending_id, &claim, 10_002)

@@ -163,6 +163,7 @@ async fn summary_updates_reach_every_client_and_messages_only_subscribers(url: S
         status: BundleStatus::Answered,
         response: "{}".into(),
         reject_reason: None,
+        by: "test".into(),
     };
     state
         .repo

@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use crate::server::clarification::{recovery, takeover};
 use crate::server::events;
 use crate::server::hooks::{Hooks, Point};
-use crate::server::orchestrator::{lease, worker, workflow};
+use crate::server::orchestrator::{lease, publish, worker, workflow};
 use crate::server::repo::{
     Backend, NewAgentProfile, NewWorkflow, NewWorkflowStep, RepoResult, Repository,
 };
@@ -77,7 +77,11 @@ pub async fn build_state(
     seed(repo.as_ref(), clock.now()).await?;
     // Issue 13: with other servers on the database, their live sessions are theirs.
     let keep = live_elsewhere(repo.as_ref(), &runtime, clock.now()).await?;
-    let recovered = recovery::recover_except(repo.as_ref(), clock.now(), &keep).await?;
+    let now = clock.now();
+    let alive_since = now - ttl_micros(&runtime);
+    let recovered =
+        recovery::recover_except(repo.as_ref(), now, &keep, &runtime.server_id, alive_since)
+            .await?;
     if recovered != Default::default() {
         tracing::info!(
             ?recovered,
@@ -105,6 +109,15 @@ pub async fn build_state(
         metrics: Arc::default(),
         shutdown,
     });
+    // Questions whose claims recovery restored are answerable again, on every server.
+    if !recovered.restored_bundles.is_empty() {
+        publish::bundles_by_id(
+            &state,
+            publish::BundleEvent::Restored,
+            &recovered.restored_bundles,
+        )
+        .await;
+    }
     let completed =
         recovery::recover_sessions_except(state.repo.as_ref(), state.clock.now(), &keep).await?;
     spawn_heartbeat(&state);

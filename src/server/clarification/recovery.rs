@@ -4,13 +4,16 @@
 //!   delivered by the session's next launch (start-up kicks it, L18);
 //! - an attempted turn of an older server (no prompt kept) is published as it was;
 //! - a bundle left `delivery_pending` without an owed resume was never handed over: it is
-//!   restored if still current, otherwise its marker is cleared;
+//!   restored if still current, otherwise its marker is cleared — decided by who claimed it,
+//!   not by who runs its session (decision 0036): a claim is settled once the server whose
+//!   request made it is gone (restarted, or no heartbeat for the TTL), never while that
+//!   request may still accept or undo it;
 //! - permission requests die with the agents that asked (N6): all pending ones are cancelled.
 //!
 //! Any repository error aborts start-up (the caller fails loudly).
 
 use crate::model::SessionState;
-use crate::server::repo::{RepoResult, Repository, SessionRecord};
+use crate::server::repo::{AbandonedClaim, ClaimSettled, RepoResult, Repository, SessionRecord};
 use crate::server::time::Micros;
 
 #[derive(Debug, Default, PartialEq)]
@@ -22,19 +25,30 @@ pub struct Recovered {
     pub cancelled_permissions: Vec<String>,
 }
 
+/// Start-up recovery for a server alone on its database (every claim is abandoned).
 pub async fn recover(repo: &dyn Repository, now: Micros) -> RepoResult<Recovered> {
-    recover_except(repo, now, &[]).await
+    recover_except(repo, now, &[], "", Micros::MAX).await
 }
 
-/// [`recover`], leaving alone the sessions in `keep` (their agent runs on another live
-/// server, issue 13).
+/// [`recover`] at the start of server `restarted`, leaving alone the sessions in `keep`
+/// (their agent runs on another live server, issue 13) and the claims of servers seen
+/// beating since `alive_since`.
 pub async fn recover_except(
     repo: &dyn Repository,
     now: Micros,
     keep: &[String],
+    restarted: &str,
+    alive_since: Micros,
 ) -> RepoResult<Recovered> {
     let mut out = Recovered::default();
     settle(repo, |session| !keep.iter().any(|k| k == session), &mut out).await?;
+    for (claim, settled) in settle_claims(repo, restarted, alive_since).await? {
+        match settled {
+            ClaimSettled::Restored => out.restored_bundles.push(claim.pending_id),
+            ClaimSettled::Finalized => out.finalized_bundles.push(claim.pending_id),
+            ClaimSettled::Untouched => {}
+        }
+    }
     out.cancelled_permissions = repo
         .cancel_permissions_except(keep, now)
         .await?
@@ -45,7 +59,8 @@ pub async fn recover_except(
 }
 
 /// L19 for the sessions `mine` accepts: reservations never made owed are deleted (their
-/// bundles restored), owed resumes kept, undelivered claims restored or finalized.
+/// bundles restored), owed resumes kept. (Undelivered claims are settled by their claimer's
+/// fate, [`settle_claims`].)
 pub(super) async fn settle(
     repo: &dyn Repository,
     mine: impl Fn(&str) -> bool,
@@ -71,17 +86,28 @@ pub(super) async fn settle(
             repo.publish_turn(&turn.id).await?;
         }
     }
-    for bundle in repo.bundles_pending_delivery().await? {
-        if !mine(&bundle.session_id) {
-            continue;
-        }
-        if repo.restore_bundle(&bundle.pending_id).await? {
-            out.restored_bundles.push(bundle.pending_id);
-        } else if repo.finalize_delivery(&bundle.pending_id).await? {
-            out.finalized_bundles.push(bundle.pending_id);
-        }
-    }
     Ok(())
+}
+
+/// L19 across servers (decision 0036): every claim whose request is gone — made by
+/// `restarted` (a server starting: nothing of it is in flight) or by a server not seen since
+/// `alive_since` — is restored if still current, otherwise finalized. Each settles only while
+/// it is still that claim, so a new claim made meanwhile is left alone.
+pub async fn settle_claims(
+    repo: &dyn Repository,
+    restarted: &str,
+    alive_since: Micros,
+) -> RepoResult<Vec<(AbandonedClaim, ClaimSettled)>> {
+    let mut settled = Vec::new();
+    for claim in repo.abandoned_claims(restarted, alive_since).await? {
+        let outcome = repo.settle_abandoned(&claim).await?;
+        if outcome != ClaimSettled::Untouched {
+            tracing::warn!(pending_id = %claim.pending_id, claimed_by = ?claim.claimed_by,
+                ?outcome, "settled an answer whose request died with its server (L19)");
+        }
+        settled.push((claim, outcome));
+    }
+    Ok(settled)
 }
 
 /// A turn start-up recovery completed: its step action runs (or is deferred) like any other

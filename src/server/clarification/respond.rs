@@ -9,7 +9,7 @@ use super::handoff::{self, Handoff};
 use crate::model::{Answer, AppError, BundleStatus, Question, Response};
 use crate::server::hooks::Point;
 use crate::server::orchestrator::{forward, publish, workflow};
-use crate::server::repo::{BundleRecord, BundleView, Claim, ClaimOutcome, RepoError};
+use crate::server::repo::{BundleRecord, BundleView, Claim, ClaimOutcome, LiveDelivery, RepoError};
 use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
 use crate::server::summary::projector::{Scope, refresh_task};
@@ -148,6 +148,7 @@ pub async fn respond(
         },
         response: serde_json::to_string(&response).expect("plain data"),
         reject_reason: response.reject_reason.clone(),
+        by: state.runtime.config.server_id.clone(),
     };
     let record = match claim_or_lose(state, pending_id, &claim, now).await? {
         Ok(record) => record,
@@ -170,63 +171,76 @@ pub async fn respond(
     // delivery is recorded before the hand-over, so nothing can fail after the agent has it.
     let mut finalized = false;
     if let Some(waiter) = state.runtime.waiters.take(pending_id) {
-        // P9: reserved before the write whose session row the state event carries.
-        let revision = state.next_pending_revision().await;
-        // I8: the agent acts on the answer only once the claim is on disk (decision 0024).
-        let delivered = match state.durable().await {
-            Ok(()) => record_live_delivery(state, &record).await,
-            Err(e) => Err(e),
-        };
-        let running = match delivered {
-            Ok(running) => running,
-            Err(e) => {
-                drop(waiter); // the call waits on; the question is pending again
-                return Err(undo(state, &record, e.to_string(), Undo::Announce).await);
-            }
-        };
-        finalized = true;
-        // The session runs again with the delivery (what the waiting call did itself before:
-        // one write less per answer, B3).
-        if let Some(session) = &running {
-            publish::session_state_written(state, session, revision);
-        }
-        let answer = WaiterMsg::Answer { response };
-        let handed = match state.hooks.check(Point::Handover) {
-            Ok(()) => waiter.send(answer).map_err(drop),
-            // Injected: the call ends without the answer, as one whose future was dropped.
-            Err(_) => {
-                let gone = WaiterMsg::Ended("the call ended before its answer reached it");
-                let _ended = waiter.send(gone);
-                Err(())
-            }
-        };
-        match handed {
-            Ok(()) => {
-                // The committed state, without reading it back: the claim returned the row,
-                // the questions were read above, and an answered bundle is not active (L2)
-                // and can no longer change (delivered, L15).
-                let answered = BundleView {
-                    record: BundleRecord {
-                        delivery_pending: false,
-                        ..record.clone()
-                    },
-                    questions: questions.to_vec(),
-                    active: false,
-                };
-                // Committed before the session's `running`, which asked for the refresh (P4).
-                match running {
-                    Some(_) => publish::bundle_announced(state, action, &answered),
-                    None => publish::bundle(state, action, &answered),
+        'live: {
+            // P9: reserved before the write whose session row the state event carries.
+            let revision = state.next_pending_revision().await;
+            // I8: the agent acts on the answer only once the claim is on disk (decision 0024).
+            let delivered = match state.durable().await {
+                Ok(()) => record_live_delivery(state, &record).await,
+                Err(e) => Err(e),
+            };
+            let running = match delivered {
+                Ok(LiveDelivery::Recorded(running)) => running,
+                // The agent ended the question's turn (its call was given up, whatever this
+                // server still holds): nothing was recorded, the answer goes the detached way.
+                Ok(LiveDelivery::TurnEnded) => {
+                    if waiter
+                        .send(WaiterMsg::Ended("the agent ended its turn"))
+                        .is_err()
+                    {
+                        tracing::debug!(pending_id, "the given-up call was gone already");
+                    }
+                    break 'live;
                 }
-                return Ok(won);
+                Err(e) => {
+                    drop(waiter); // the call waits on; the question is pending again
+                    return Err(undo(state, &record, e.to_string(), Undo::Announce).await);
+                }
+            };
+            finalized = true;
+            // The session runs again with the delivery (what the waiting call did itself before:
+            // one write less per answer, B3).
+            if let Some(session) = &running {
+                publish::session_state_written(state, session, revision);
             }
-            // The call ended after we took it and after the delivery was recorded: nobody has
-            // the answer. Marked undelivered again, it goes the detached way below (owed, or
-            // its claim undone), never left answered and lost.
-            Err(()) => {
-                tracing::debug!(pending_id, "the waiter left; delivering as detached");
-                if let Err(e) = state.repo.reopen_delivery(pending_id).await {
-                    return Err(crate::server::telemetry::internal(&e.to_string()));
+            let answer = WaiterMsg::Answer { response };
+            let handed = match state.hooks.check(Point::Handover) {
+                Ok(()) => waiter.send(answer).map_err(drop),
+                // Injected: the call ends without the answer, as one whose future was dropped.
+                Err(_) => {
+                    let gone = WaiterMsg::Ended("the call ended before its answer reached it");
+                    let _ended = waiter.send(gone);
+                    Err(())
+                }
+            };
+            match handed {
+                Ok(()) => {
+                    // The committed state, without reading it back: the claim returned the row,
+                    // the questions were read above, and an answered bundle is not active (L2)
+                    // and can no longer change (delivered, L15).
+                    let answered = BundleView {
+                        record: BundleRecord {
+                            delivery_pending: false,
+                            ..record.clone()
+                        },
+                        questions: questions.to_vec(),
+                        active: false,
+                    };
+                    // Committed before the session's `running`, which asked for the refresh (P4).
+                    match running {
+                        Some(_) => publish::bundle_announced(state, action, &answered),
+                        None => publish::bundle(state, action, &answered),
+                    }
+                    return Ok(won);
+                }
+                // The call ended after we took it and after the delivery was recorded: nobody has
+                // the answer. Marked undelivered again, it goes the detached way below (owed, or
+                // its claim undone), never left answered and lost.
+                Err(()) => {
+                    tracing::debug!(pending_id, "the waiter left; delivering as detached");
+                    if let Err(e) = state.repo.reopen_delivery(pending_id).await {
+                        return Err(crate::server::telemetry::internal(&e.to_string()));
+                    }
                 }
             }
         }
@@ -354,7 +368,7 @@ async fn finalize(state: &AppState, pending_id: &str) -> Result<(), RepoError> {
 async fn record_live_delivery(
     state: &AppState,
     claimed: &BundleRecord,
-) -> Result<Option<crate::server::repo::SessionRecord>, RepoError> {
+) -> Result<LiveDelivery, RepoError> {
     state.hooks.check(Point::Finalize)?;
     state
         .repo

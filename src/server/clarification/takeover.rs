@@ -2,16 +2,20 @@
 //! it runs (not only at start-up). One compare-and-set on `session_owners` picks the server
 //! that does; it recovers each session as start-up recovery would (L19, N6, L9: open turns
 //! completed, questions detached and still answerable, permissions cancelled), tells the
-//! clients, and delivers owed resumes by relaunching the agent here (`session/load`).
+//! clients, and delivers owed resumes by relaunching the agent here (`session/load`). The
+//! answers its requests had claimed but not yet delivered are settled first, whichever server
+//! runs their sessions (decision 0036).
 
 use super::recovery::{self, Recovered};
 use crate::server::orchestrator::{publish, worker, workflow};
-use crate::server::repo::RepoResult;
+use crate::server::repo::{AbandonedClaim, ClaimSettled, RepoResult};
 use crate::server::state::AppState;
 use crate::server::summary::projector::{Scope, refresh_task};
+use crate::server::time::Micros;
 
 /// Takes over the sessions of servers not heard from since `dead_before`; returns how many.
 pub async fn take_over_dead(state: &AppState, dead_before: i64) -> RepoResult<usize> {
+    settle_abandoned_claims(state, "", dead_before).await?;
     let own = &state.runtime.config.server_id;
     let mut taken = 0;
     for (session_id, owner) in state
@@ -47,7 +51,7 @@ async fn take_over(state: &AppState, session_id: &str) -> RepoResult<()> {
     for p in repo.cancel_permissions(Some(session_id), now).await? {
         publish::permission_resolved(state, &p);
     }
-    let mut detached = out.restored_bundles.clone();
+    let mut detached = Vec::new();
     let mut completed = Vec::new();
     if !session.state.is_terminal() {
         let closed = recovery::close_session(repo, &session, now).await?;
@@ -70,4 +74,40 @@ async fn take_over(state: &AppState, session_id: &str) -> RepoResult<()> {
         worker::deliver_owed(state, session_id, &session.task_id);
     }
     Ok(())
+}
+
+/// L19 across servers: the claims abandoned by `restarted` (this server, at start-up) or by
+/// servers not seen since `alive_since` are settled (decision 0036) and announced: a restored
+/// question is answerable again on every server.
+pub async fn settle_abandoned_claims(
+    state: &AppState,
+    restarted: &str,
+    alive_since: Micros,
+) -> RepoResult<()> {
+    let settled = recovery::settle_claims(state.repo.as_ref(), restarted, alive_since).await?;
+    announce_settled(state, &settled).await;
+    Ok(())
+}
+
+/// Restored questions are published, and the summaries of their tasks refreshed.
+pub async fn announce_settled(state: &AppState, settled: &[(AbandonedClaim, ClaimSettled)]) {
+    let restored: Vec<String> = settled
+        .iter()
+        .filter(|(_, s)| *s == ClaimSettled::Restored)
+        .map(|(c, _)| c.pending_id.clone())
+        .collect();
+    if restored.is_empty() {
+        return;
+    }
+    publish::bundles_by_id(state, publish::BundleEvent::Restored, &restored).await;
+    let tasks: std::collections::BTreeSet<&str> = settled
+        .iter()
+        .filter(|(_, s)| *s == ClaimSettled::Restored)
+        .map(|(c, _)| c.task_id.as_str())
+        .collect();
+    for task in tasks {
+        if let Err(e) = refresh_task(state, task, Scope::Full).await {
+            tracing::warn!(task, error = %e, "summary refresh after a settled claim failed");
+        }
+    }
 }

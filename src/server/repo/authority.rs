@@ -93,11 +93,40 @@ pub struct AuthoritySql {
     pub expire_session: String,
     pub claim_bundle: String,
     pub restore_bundle: String,
-    pub ask_bundle: String,
+    /// L19 across servers (decision 0036): [`AuthoritySql::restore_bundle`] for an abandoned
+    /// claim, only while it is still the claim of the server that abandoned it (`$2`, NULL for
+    /// a claim made before claimers were recorded).
+    pub restore_abandoned: String,
+    ask_bundle_sqlite: String,
+    ask_bundle_postgres: String,
     pub dispatch_resume: String,
 }
 
+/// [`AuthoritySql`]'s ask insert, with `lock` after its `SELECT`.
+fn ask_bundle(lock: &str) -> String {
+    format!(
+        "INSERT INTO clarification_bundles ({BUNDLE_COLUMNS}) \
+         SELECT $2, t.session_id, t.task_id, t.id, 'pending', FALSE, FALSE, $3, $4, NULL, \
+                NULL, $5, NULL \
+         FROM turns t \
+         WHERE t.id = {} AND t.completed_at IS NULL AND t.reservation = 'none' \
+           AND NOT EXISTS (SELECT 1 FROM clarification_bundles same \
+                           WHERE same.session_id = $1 AND same.turn_id = t.id \
+                             AND same.status = 'pending' AND same.dedup_key = $4){lock} \
+         RETURNING {BUNDLE_COLUMNS}",
+        live_current_turn_of("$1")
+    )
+}
+
 impl AuthoritySql {
+    /// The ask's insert (L6, L8), see its fields' comment.
+    pub fn ask_bundle(&self, backend: Backend) -> &str {
+        match backend {
+            Backend::Sqlite => &self.ask_bundle_sqlite,
+            Backend::Postgres => &self.ask_bundle_postgres,
+        }
+    }
+
     /// The session's active bundles (L2), each with its questions (`questions` column); `$1`
     /// is the session id.
     pub fn active_bundles(&self, backend: Backend) -> &str {
@@ -286,6 +315,16 @@ fn task_sessions_with_summaries(backend: Backend) -> String {
 
 pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
     let active_table = bundle_is_active("clarification_bundles");
+    // L18: only an undelivered claim whose turn is still current goes back to pending.
+    let restore_bundle = format!(
+        "UPDATE clarification_bundles \
+         SET status = 'pending', response = NULL, reject_reason = NULL, resolved_at = NULL, \
+             delivery_pending = FALSE, claimed_by = NULL \
+         WHERE pending_id = $1 AND delivery_pending = TRUE \
+           AND status IN ('answered', 'rejected') \
+           AND turn_id = {}",
+        current_turn_of("clarification_bundles.session_id")
+    );
     AuthoritySql {
         current_turn_id: format!("SELECT {} AS turn_id", current_turn_of("$1")),
         active_bundles_sqlite: active_bundles(Backend::Sqlite),
@@ -336,7 +375,7 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
         claim_bundle: format!(
             "UPDATE clarification_bundles \
              SET status = $2, response = $3, reject_reason = $4, resolved_at = $5, \
-                 delivery_pending = TRUE \
+                 delivery_pending = TRUE, claimed_by = $6 \
              WHERE pending_id = $1 AND {active_table} \
              RETURNING {BUNDLE_COLUMNS}"
         ),
@@ -346,18 +385,13 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
         // none, nor when an identical question (the same dedup key) is active in it (L8: the
         // caller then takes that one over). `$1` session, `$2` pending id, `$3` context, `$4`
         // dedup key, `$5` time.
-        ask_bundle: format!(
-            "INSERT INTO clarification_bundles ({BUNDLE_COLUMNS}) \
-             SELECT $2, t.session_id, t.task_id, t.id, 'pending', FALSE, FALSE, $3, $4, NULL, \
-                    NULL, $5, NULL \
-             FROM turns t \
-             WHERE t.id = {} AND t.completed_at IS NULL AND t.reservation = 'none' \
-               AND NOT EXISTS (SELECT 1 FROM clarification_bundles same \
-                               WHERE same.session_id = $1 AND same.turn_id = t.id \
-                                 AND same.status = 'pending' AND same.dedup_key = $4) \
-             RETURNING {BUNDLE_COLUMNS}",
-            live_current_turn_of("$1")
-        ),
+        // On PostgreSQL the turn row is locked for the insert (`FOR SHARE`): a completion
+        // committing meanwhile would otherwise miss the new bundle (its detach and the N3
+        // barrier read before this commit) and leave an attached question in a finished
+        // turn. Held, the completion waits for this commit; finished first, the insert
+        // re-reads the turn as completed and writes nothing. SQLite has one writer.
+        ask_bundle_sqlite: ask_bundle(""),
+        ask_bundle_postgres: ask_bundle(" FOR SHARE OF t"),
         // L18/L1: an owed resume is handed over once, only while it is the current turn (nothing
         // newer may start before it, L5) of a live session; it then starts now.
         dispatch_resume: format!(
@@ -365,15 +399,7 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
              WHERE id = $1 AND reservation = 'attempted' AND id = {}",
             live_current_turn_of("turns.session_id")
         ),
-        // L18: only an undelivered claim whose turn is still current goes back to pending.
-        restore_bundle: format!(
-            "UPDATE clarification_bundles \
-             SET status = 'pending', response = NULL, reject_reason = NULL, resolved_at = NULL, \
-                 delivery_pending = FALSE \
-             WHERE pending_id = $1 AND delivery_pending = TRUE \
-               AND status IN ('answered', 'rejected') \
-               AND turn_id = {}",
-            current_turn_of("clarification_bundles.session_id")
-        ),
+        restore_abandoned: format!("{restore_bundle} AND claimed_by IS NOT DISTINCT FROM $2"),
+        restore_bundle,
     }
 });

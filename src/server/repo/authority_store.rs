@@ -13,7 +13,10 @@ use super::sql::{
     stmt,
 };
 use super::summaries::summaries_from_json;
-use super::{BundleRecord, BundleView, Claim, ClaimOutcome, RepoError, RepoResult, SummaryRecord};
+use super::{
+    AbandonedClaim, BundleRecord, BundleView, Claim, ClaimOutcome, ClaimSettled, RepoError,
+    RepoResult, SummaryRecord,
+};
 use crate::model::{BundleStatus, PendingAction, SessionState};
 use crate::server::time::Micros;
 
@@ -107,6 +110,22 @@ pub trait AuthorityStore: Send + Sync {
     /// detached way — owed, or its claim undone (L18). Only an answered bundle with no resume
     /// turn yet qualifies.
     async fn reopen_delivery(&self, pending_id: &str) -> RepoResult<bool>;
+
+    /// L19 across servers (decision 0036): claims left `delivery_pending` by a request that is
+    /// gone — made by `restarted` (this server, starting: nothing of it is in flight), by a
+    /// server not seen beating since `alive_since`, or before claimers were recorded. Oldest
+    /// first.
+    async fn abandoned_claims(
+        &self,
+        restarted: &str,
+        alive_since: Micros,
+    ) -> RepoResult<Vec<AbandonedClaim>>;
+
+    /// Settles one abandoned claim in one transaction, only while it is still that claim: an
+    /// offer of it to another server is withdrawn first (the holder then can no longer take
+    /// it; one that took it cleared the marker in the same transaction), then it is restored
+    /// if still current, else finalized.
+    async fn settle_abandoned(&self, claim: &AbandonedClaim) -> RepoResult<ClaimSettled>;
 }
 
 #[async_trait]
@@ -119,6 +138,7 @@ where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> Option<String>: Encode<'q, DB>,
     for<'r> BundleRecord: FromRow<'r, DB::Row>,
+    for<'r> AbandonedClaim: FromRow<'r, DB::Row>,
     for<'r> BundleQuestionsRow: FromRow<'r, DB::Row>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
     for<'r> i64: Decode<'r, DB> + Type<DB>,
@@ -274,6 +294,7 @@ where
             .bind(&claim.response)
             .bind(&claim.reject_reason)
             .bind(at)
+            .bind(&claim.by)
             .fetch_optional(&mut *self.writer().await?)
             .await?;
         if let Some(record) = won {
@@ -311,6 +332,62 @@ where
         .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn abandoned_claims(
+        &self,
+        restarted: &str,
+        alive_since: Micros,
+    ) -> RepoResult<Vec<AbandonedClaim>> {
+        Ok(sqlx::query_as::<DB, AbandonedClaim>(
+            "SELECT b.pending_id, b.task_id, b.claimed_by FROM clarification_bundles b \
+             WHERE b.delivery_pending = TRUE \
+               AND (b.claimed_by IS NULL OR b.claimed_by = $1 \
+                    OR NOT EXISTS (SELECT 1 FROM servers v \
+                                   WHERE v.id = b.claimed_by AND v.seen_at >= $2)) \
+             ORDER BY b.created_at, b.pending_id",
+        )
+        .bind(restarted)
+        .bind(alive_since)
+        .fetch_all(&mut *self.reader().await?)
+        .await?)
+    }
+
+    async fn settle_abandoned(&self, claim: &AbandonedClaim) -> RepoResult<ClaimSettled> {
+        let mut tx = self.write_tx().await?;
+        // The offer row, then the bundle row: the order `accept_handoff` takes them in.
+        sqlx::query::<DB>(
+            "UPDATE answer_handoffs SET state = 'withdrawn' \
+             WHERE pending_id = $1 AND state = 'offered'",
+        )
+        .bind(&claim.pending_id)
+        .execute(&mut *tx)
+        .await?;
+        let restored = sqlx::query::<DB>(SQL.restore_abandoned.as_str())
+            .bind(&claim.pending_id)
+            .bind(&claim.claimed_by)
+            .execute(&mut *tx)
+            .await?;
+        let settled = if restored.rows_affected() > 0 {
+            ClaimSettled::Restored
+        } else {
+            let finalized = sqlx::query::<DB>(
+                "UPDATE clarification_bundles SET delivery_pending = FALSE \
+                 WHERE pending_id = $1 AND delivery_pending = TRUE \
+                   AND claimed_by IS NOT DISTINCT FROM $2",
+            )
+            .bind(&claim.pending_id)
+            .bind(&claim.claimed_by)
+            .execute(&mut *tx)
+            .await?;
+            if finalized.rows_affected() > 0 {
+                ClaimSettled::Finalized
+            } else {
+                ClaimSettled::Untouched
+            }
+        };
+        tx.commit().await?;
+        Ok(settled)
     }
 
     async fn reopen_delivery(&self, pending_id: &str) -> RepoResult<bool> {

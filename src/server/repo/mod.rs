@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 pub use authority_store::{AuthorityStore, TaskSession};
 pub use connections::ConnectionUsage;
-pub use outbox::OutboxStore;
+pub use outbox::{LiveDelivery, OutboxStore};
 pub use postgres::PostgresRepository;
 pub use profiles::ProfileStore;
 pub use questions::QuestionStore;
@@ -232,9 +232,33 @@ pub struct Claim {
     /// The `Response` as JSON.
     pub response: String,
     pub reject_reason: Option<String>,
+    /// The server whose request claims (`claimed_by`): until it accepts or undoes the claim,
+    /// no other server settles it (L19 across servers, decision 0036).
+    pub by: String,
 }
 
 // ---- outcomes -------------------------------------------------------------------------------
+
+/// A claim whose request is gone with its server (decision 0036): `delivery_pending` set by
+/// a server that restarted since, or that stopped beating.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct AbandonedClaim {
+    pub pending_id: String,
+    pub task_id: String,
+    /// NULL for a claim made before claimers were recorded.
+    pub claimed_by: Option<String>,
+}
+
+/// What settling an [`AbandonedClaim`] did (L19).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimSettled {
+    /// Still current: the question is pending again.
+    Restored,
+    /// No longer current: its delivery marker was cleared, its outcome stays.
+    Finalized,
+    /// Settled already, or claimed anew, or its answer reached the agent: nothing changed.
+    Untouched,
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum ClaimOutcome {

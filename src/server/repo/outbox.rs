@@ -20,6 +20,15 @@ use crate::server::time::Micros;
 const DELIVERY_RECORDED: &str =
     "UPDATE clarification_bundles SET delivery_pending = FALSE WHERE pending_id = $1";
 
+/// What [`OutboxStore::record_live_delivery`] did.
+#[derive(Debug)]
+pub enum LiveDelivery {
+    /// Recorded; the session as moved back to `running`, if it moved.
+    Recorded(Option<SessionRecord>),
+    /// Nothing written: the question's turn had ended, so it goes the detached way.
+    TurnEnded,
+}
+
 #[async_trait]
 pub trait OutboxStore: Send + Sync {
     /// L19: a resume turn that is not authoritative until attempted or referenced.
@@ -52,14 +61,15 @@ pub trait OutboxStore: Send + Sync {
     /// L15 live delivery, recorded before the waiting call has the answer: the bundle's
     /// delivery marker is cleared and its session (`session_id`, the bundle's) runs again
     /// (L7), in one transaction (the bundle row first, then the session row: decision 0028's
-    /// lock order). The session as moved, or `None` when it was already running or is
-    /// terminal.
+    /// lock order). `Recorded` with the session as moved (`None` when it was already running
+    /// or is terminal); `TurnEnded`, writing nothing, when the question's turn has completed
+    /// (the agent gave its call up: the answer goes the detached way).
     async fn record_live_delivery(
         &self,
         pending_id: &str,
         session_id: &str,
         at: Micros,
-    ) -> RepoResult<Option<SessionRecord>>;
+    ) -> RepoResult<LiveDelivery>;
 
     /// L18 acceptance: the answered bundle's resume becomes owed (a turn marked attempted with
     /// its prompt) and its delivery marker is cleared, in one transaction. `None` when the
@@ -191,7 +201,7 @@ where
         at: Micros,
     ) -> RepoResult<Option<AskWritten>> {
         let mut tx = self.write_tx().await?;
-        let Some(bundle) = sqlx::query_as::<DB, BundleRecord>(SQL.ask_bundle.as_str())
+        let Some(bundle) = sqlx::query_as::<DB, BundleRecord>(SQL.ask_bundle(DB::KIND))
             .bind(&new.session_id)
             .bind(&new.pending_id)
             .bind(&new.context)
@@ -228,15 +238,26 @@ where
         pending_id: &str,
         session_id: &str,
         at: Micros,
-    ) -> RepoResult<Option<SessionRecord>> {
+    ) -> RepoResult<LiveDelivery> {
         let mut tx = self.write_tx().await?;
-        sqlx::query::<DB>(DELIVERY_RECORDED)
-            .bind(pending_id)
-            .execute(&mut *tx)
-            .await?;
+        // Only while the question's turn is open: once the agent ended that turn, nobody
+        // reads the call's result, whatever the server still thinks waits.
+        let recorded = sqlx::query::<DB>(
+            "UPDATE clarification_bundles SET delivery_pending = FALSE \
+             WHERE pending_id = $1 AND delivery_pending = TRUE \
+               AND NOT EXISTS (SELECT 1 FROM turns t \
+                               WHERE t.id = clarification_bundles.turn_id \
+                                 AND t.completed_at IS NOT NULL)",
+        )
+        .bind(pending_id)
+        .execute(&mut *tx)
+        .await?;
+        if recorded.rows_affected() == 0 {
+            return Ok(LiveDelivery::TurnEnded);
+        }
         let session = move_session(&mut *tx, session_id, SessionState::Running, at).await?;
         tx.commit().await?;
-        Ok(session)
+        Ok(LiveDelivery::Recorded(session))
     }
 
     async fn owe_resume(

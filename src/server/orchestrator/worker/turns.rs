@@ -6,6 +6,7 @@ use crate::model::{AppError, MessageAuthor, MessageKind, SessionState};
 use crate::server::agents;
 use crate::server::orchestrator::{publish, sessions, workflow};
 use crate::server::repo::{NewMessage, NewTurn};
+use crate::server::runtime::WaiterMsg;
 use crate::server::summary::projector;
 
 impl Worker {
@@ -267,6 +268,14 @@ impl Worker {
         };
         match self.state.repo.detach_turn(turn_id).await {
             Ok(detached) => {
+                // A call still registered for a question of a turn the agent ended was given up
+                // by the agent (it may not have said so yet): it ends now, so an answer takes the
+                // detached way (owed, L17) instead of going to a call nobody reads.
+                for pending_id in &detached {
+                    if let Some(call) = self.state.runtime.waiters.take(pending_id) {
+                        super::reply_to(call, WaiterMsg::Ended("the agent ended its turn"));
+                    }
+                }
                 publish::bundles_by_id(&self.state, publish::BundleEvent::Detached, &detached).await
             }
             Err(e) => tracing::error!(error = %e, "cannot detach the turn's bundles"),
