@@ -447,19 +447,23 @@ impl Seq<'_> {
         self.send_prompt(content).await;
     }
 
+    /// `POST /sessions/{id}/prompt` through the step's server.
+    async fn post_prompt(&self, content: &str) -> (reqwest::StatusCode, Value) {
+        self.api()
+            .post(
+                &format!("/api/v1/sessions/{}/prompt", self.session),
+                json!({ "content": content }),
+            )
+            .await
+    }
+
     async fn send_prompt(&mut self, content: String) {
         // An armed dispatch failure hits the owed resume this prompt delivers first.
         let fault = self
             .lane
             .all()
             .any(|s| s.state.hooks.armed(Point::Dispatch) > 0);
-        let (status, body) = self
-            .api()
-            .post(
-                &format!("/api/v1/sessions/{}/prompt", self.session),
-                json!({ "content": content }),
-            )
-            .await;
+        let (status, body) = self.post_prompt(&content).await;
         let ok = match status.as_u16() {
             200 | 409 => true,
             500 | 503 => fault,
@@ -470,9 +474,13 @@ impl Seq<'_> {
         }
     }
 
-    /// Every bundle of the session with its L2 activity now, and whether it is detached.
+    /// Every bundle of the session with its L2 activity now, and whether it is detached. The
+    /// list is read before the activity: a quiescent point may still see the server write a
+    /// question the agent already gave up on (`ask-timeout`), and one written between the two
+    /// reads must not look inactive (it is active, so it is left out until the next read).
     async fn bundles(&self) -> Vec<(String, BundleStatus, bool, bool)> {
         let repo = &self.state().repo;
+        let all = repo.session_bundles(&self.session).await.unwrap();
         let active: BTreeSet<String> = repo
             .active_bundles(&self.session)
             .await
@@ -480,7 +488,6 @@ impl Seq<'_> {
             .into_iter()
             .map(|b| b.record.pending_id)
             .collect();
-        let all = repo.session_bundles(&self.session).await.unwrap();
         all.into_iter()
             .map(|b| {
                 let is_active = active.contains(&b.pending_id);
@@ -1225,13 +1232,7 @@ impl Seq<'_> {
             "e2e:message(\"prompt {}-{} before a dispatch\")\n{script}",
             self.seed, self.marks
         );
-        let (status, body) = self
-            .api()
-            .post(
-                &format!("/api/v1/sessions/{}/prompt", self.session),
-                json!({ "content": content }),
-            )
-            .await;
+        let (status, body) = self.post_prompt(&content).await;
         if status != 200 {
             self.fail(&format!("a prompt while a resume is owed: {status} {body}"));
         }
