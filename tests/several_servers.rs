@@ -42,6 +42,8 @@ mod on_postgres {
         n_a_prompt_sent_through_another_server_reaches_the_sessions_agent,
         l9_a_killed_servers_question_is_taken_over_and_answered_once,
         l5_an_answer_given_elsewhere_ends_the_superseded_wait_on_the_agents_server,
+        l18_an_answer_owed_by_a_server_that_died_before_waking_the_agents_server_is_delivered,
+        l18_an_answer_owed_by_a_server_that_stays_dead_is_delivered_by_the_agents_server,
         n6_an_answer_given_elsewhere_cancels_the_superseded_permission_on_the_agents_server,
         l18_a_handed_over_answer_the_agents_server_cannot_record_is_owed_once,
         n_a_server_that_just_started_forwards_to_the_sessions_server,
@@ -648,6 +650,98 @@ async fn l5_an_answer_given_elsewhere_ends_the_superseded_wait_on_the_agents_ser
     answered_and_resumed_once(&a, &b, &session, &detached).await;
     assert_eq!(b.state.runtime.agents.count(), 0, "B started no agent");
     b.stop().await;
+    a.stop().await;
+}
+
+/// As above, but B dies right after the answer became owed (accepted, L18), before it woke A:
+/// A's agent still waits on the superseded question. B starting again wakes the server
+/// running the session (decision 0036), whose wait ends there, and the resume is delivered
+/// once, on A.
+async fn l18_an_answer_owed_by_a_server_that_died_before_waking_the_agents_server_is_delivered(
+    url: String,
+) {
+    owed_by_a_server_that_died(&url, true).await;
+}
+
+/// As above, but B never starts again: A's heartbeat finds the owed resume of its own session
+/// (decision 0036).
+async fn l18_an_answer_owed_by_a_server_that_stays_dead_is_delivered_by_the_agents_server(
+    url: String,
+) {
+    owed_by_a_server_that_died(&url, false).await;
+}
+
+/// B accepts an answer for the session whose agent runs on A and dies before it wakes A;
+/// `restart`: B starts again (else A's heartbeat, every 100 ms here, has to find it).
+async fn owed_by_a_server_that_died(url: &str, restart: bool) {
+    use turnstile::server::hooks::Point;
+    // Restarting, A's heartbeat (a third of its TTL) must not find the owed resume first.
+    let a = server_with_ttl(url, "a", if restart { 600_000 } else { 300 }).await;
+    let b = server(url, "b").await;
+    let live = json!({ "questions": [{ "id": "next", "prompt": "And then?", "options": [{ "id": "x", "label": "X" }, { "id": "y", "label": "Y" }] }] });
+    let (session, detached) =
+        detached_and_waiting(&a, &detached_then(&format!("e2e:ask({live})")), |a| {
+            a.state.runtime.waiters.len() == 1
+        })
+        .await;
+    // B holds the answer at `Owed` until it is killed there (the held task unwinds, as a
+    // killed process runs nothing after the point it was at).
+    let (reached, gate) = (
+        std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
+        std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
+    );
+    let (r, g) = (reached.clone(), gate.clone());
+    b.state.hooks.set(Point::Owed, move |_| {
+        let (r, g) = (r.clone(), g.clone());
+        async move {
+            r.add_permits(1);
+            if g.acquire().await.is_err() {
+                std::panic::resume_unwind(Box::new("killed at Owed"));
+            }
+        }
+    });
+    let api_b = Api::new(&b.base);
+    let url_b = format!("{}/api/v1/clarifications/{detached}/respond", api_b.base);
+    let respond = tokio::spawn(async move {
+        api_b
+            .client
+            .post(url_b)
+            .json(&answer("sqlite"))
+            .send()
+            .await
+    });
+    reached.acquire().await.unwrap().forget();
+    assert_eq!(
+        a.state.repo.owed_resumes(&session).await.unwrap().len(),
+        1,
+        "accepted: owed in the database"
+    );
+    b.stop().await;
+    gate.close();
+    assert!(
+        respond.await.unwrap().is_err(),
+        "the request died with its server"
+    );
+    let b = if restart {
+        assert_eq!(
+            a.state.runtime.waiters.len(),
+            1,
+            "nobody woke A: its agent still waits on the superseded question"
+        );
+        Some(server(url, "b").await)
+    } else {
+        None
+    };
+    let api_a = Api::new(&a.base);
+    let turns = api_a.wait_turns_done(&session, 2).await;
+    assert_eq!(turns.len(), 2, "the asking turn and one resume: {turns:?}");
+    let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert!(delivered[0].starts_with(RESUMED), "{delivered:?}");
+    if let Some(b) = b {
+        assert_eq!(b.state.runtime.agents.count(), 0, "B started no agent");
+        b.stop().await;
+    }
     a.stop().await;
 }
 

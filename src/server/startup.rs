@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use crate::server::clarification::{recovery, takeover};
 use crate::server::events;
 use crate::server::hooks::{Hooks, Point};
-use crate::server::orchestrator::{lease, publish, worker, workflow};
+use crate::server::orchestrator::{forward, lease, publish, worker, workflow};
 use crate::server::repo::{
     Backend, NewAgentProfile, NewWorkflow, NewWorkflowStep, RepoResult, Repository,
 };
@@ -148,11 +148,24 @@ pub async fn build_state(
             tracing::warn!(task_id, error = %e, "summary refresh after recovery failed");
         }
     }
-    // L18: owed answers are delivered by the sessions' next launch — this one.
+    // L18: owed answers are delivered by the sessions' next launch — this one. Those of the
+    // sessions other live servers run are theirs: their servers are woken, in case this one
+    // accepted an answer and stopped before it woke them (decision 0036).
+    let mut elsewhere = Vec::new();
     for s in state.repo.sessions_with_owed_resumes().await? {
-        if !keep.contains(&s.id) {
+        if keep.contains(&s.id) {
+            elsewhere.push(s);
+        } else {
             worker::deliver_owed(&state, &s.id, &s.task_id);
         }
+    }
+    if !elsewhere.is_empty() {
+        let state = state.clone();
+        tokio::spawn(async move {
+            for s in elsewhere {
+                forward::wake_owner(&state, &s.id, &s.task_id).await;
+            }
+        });
     }
     Ok(state)
 }
@@ -206,8 +219,9 @@ fn ttl_micros(runtime: &RuntimeConfig) -> i64 {
 }
 
 /// Records this server's heartbeat every third of `--server-ttl` until shutdown, stops the
-/// agents of sessions it may have lost (`lease`), and takes over the sessions of servers that
-/// stopped beating (PostgreSQL only).
+/// agents of sessions it may have lost (`lease`), takes over the sessions of servers that
+/// stopped beating, and delivers owed resumes of its own sessions whose wake-up never came
+/// (PostgreSQL only).
 fn spawn_heartbeat(state: &AppState) {
     if state.repo.backend() != Backend::Postgres {
         return;
@@ -252,6 +266,9 @@ fn spawn_heartbeat(state: &AppState) {
             let dead_before = now - ttl_micros(&state.runtime.config);
             if let Err(e) = takeover::take_over_dead(&state, dead_before).await {
                 tracing::warn!(error = %e, "cannot take over a stopped server's sessions");
+            }
+            if let Err(e) = forward::deliver_owed_here(&state).await {
+                tracing::warn!(error = %e, "cannot look for owed resumes of this server's sessions");
             }
         }
     });

@@ -100,16 +100,38 @@ pub async fn permission(
 /// older turn and takes the answer (with the turn still open the worker waits for its end;
 /// after a crash, for a launch).
 pub async fn deliver_owed(state: &AppState, session_id: &str, task_id: &str) {
-    if let Some(owner) = owner_elsewhere(state, session_id).await {
-        let command =
-            json!({ "cmd": "deliver_owed", "session_id": session_id, "task_id": task_id });
-        if let Err(e) = call(state, &owner, command).await {
-            // Still owed in the database: the owner's next turn end or start-up delivers it.
-            tracing::warn!(session_id, error = %e, "cannot wake the session's server");
-        }
-        return;
+    if !wake_owner(state, session_id, task_id).await {
+        owed_here(state, session_id, task_id).await;
     }
-    owed_here(state, session_id, task_id).await;
+}
+
+/// [`deliver_owed`]'s first half: wakes the server running the session's agent, when another
+/// live server runs it (`false` when none does). Start-up also sends it for the owed resumes
+/// of those servers' sessions: the server that accepted an answer may have stopped before it
+/// sent the wake-up, and the owner's agent would wait on a superseded question meanwhile.
+pub async fn wake_owner(state: &AppState, session_id: &str, task_id: &str) -> bool {
+    let Some(owner) = owner_elsewhere(state, session_id).await else {
+        return false;
+    };
+    let command = json!({ "cmd": "deliver_owed", "session_id": session_id, "task_id": task_id });
+    if let Err(e) = call(state, &owner, command).await {
+        // Still owed in the database: the owner's next turn end or start-up delivers it.
+        tracing::warn!(session_id, error = %e, "cannot wake the session's server");
+    }
+    true
+}
+
+/// L18 across servers, on every heartbeat: the owed resumes of the sessions whose agents run
+/// here are delivered even when no wake-up came (the server that accepted the answer stopped
+/// before sending it and has not started again; decision 0036). A session whose agent is not
+/// running here is left to its next launch.
+pub async fn deliver_owed_here(state: &AppState) -> crate::server::repo::RepoResult<()> {
+    for s in state.repo.sessions_with_owed_resumes().await? {
+        if worker::runs_here(state, &s.id) {
+            owed_here(state, &s.id, &s.task_id).await;
+        }
+    }
+    Ok(())
 }
 
 async fn owed_here(state: &AppState, session_id: &str, task_id: &str) {

@@ -116,6 +116,11 @@ pub async fn sync(state: &AppState, session_id: &str) {
     }
 }
 
+/// Whether `session_id`'s worker runs on this server.
+pub fn runs_here(state: &AppState, session_id: &str) -> bool {
+    running(state, session_id).is_some()
+}
+
 /// The running worker of `session_id`, if any (never starts one).
 fn running(state: &AppState, session_id: &str) -> Option<SessionHandle> {
     state
