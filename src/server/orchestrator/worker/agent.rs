@@ -1,7 +1,8 @@
 //! The worker's agent process: launch (or `session/load`) within the slot limit, stop, and
 //! what a dead agent leaves behind.
 
-use super::{Agent, Worker, WorkerError, release};
+use super::control::release;
+use super::{Agent, Worker, WorkerError};
 use crate::model::SessionState;
 use crate::server::agents;
 use crate::server::orchestrator::{publish, sessions};

@@ -19,8 +19,11 @@ use crate::server::repo::RepoError;
 use crate::server::state::AppState;
 
 mod agent;
+mod control;
 mod output;
 mod turns;
+
+pub use control::{deliver_owed, fence, handle, idle_mark, runs_here, stop, stop_all, sync};
 
 /// Prompts a session may queue behind its open turn.
 pub const MAX_QUEUED_PROMPTS: usize = 32;
@@ -46,164 +49,6 @@ impl From<WorkerError> for AppError {
             WorkerError::Agent(reason) => AppError::Unavailable(reason.0),
         }
     }
-}
-
-/// `Some` when the session's worker has nothing to do right now: no command waiting or being
-/// handled, no agent event being handled.
-pub fn idle_mark(state: &AppState, session_id: &str) -> Option<IdleMark> {
-    let workers = state.runtime.workers.lock().expect("workers lock");
-    let Some(h) = workers.get(session_id).filter(|h| h.is_alive()) else {
-        return Some(IdleMark {
-            worker: 0,
-            handled: 0,
-        });
-    };
-    (h.busy.load(Ordering::SeqCst) == 0).then(|| IdleMark {
-        worker: Arc::as_ptr(&h.handled) as usize,
-        handled: h.handled.load(Ordering::SeqCst),
-    })
-}
-
-/// Stops the worker of `session_id` (and with it the agent process), if one runs.
-pub fn stop(state: &AppState, session_id: &str) {
-    let handle = state
-        .runtime
-        .workers
-        .lock()
-        .expect("workers lock")
-        .remove(session_id);
-    if let Some(h) = handle {
-        h.stop.cancel();
-    }
-}
-
-/// Stops every worker and its agent (server shutdown).
-pub fn stop_all(state: &AppState) {
-    let handles: Vec<SessionHandle> = state
-        .runtime
-        .workers
-        .lock()
-        .expect("workers lock")
-        .drain()
-        .map(|(_, h)| h)
-        .collect();
-    for h in handles {
-        h.stop.cancel();
-    }
-}
-
-/// Waits (up to [`SYNC_WAIT`]) until the session's worker has taken everything the agent sent
-/// before now. The agent's `ask_user_question` comes over MCP while its reply's last chunks
-/// may still be in its stdout pipe, the ACP connection or the worker's queue: taken first,
-/// they stay in the reply before the question instead of starting the one after it.
-pub async fn sync(state: &AppState, session_id: &str) {
-    state
-        .hooks
-        .run(crate::server::hooks::Point::AskSync, session_id)
-        .await;
-    let Some(h) = running(state, session_id) else {
-        return;
-    };
-    let (reply, done) = tokio::sync::oneshot::channel();
-    if h.send(Command::Sync { reply }).is_ok()
-        && tokio::time::timeout(SYNC_WAIT, done).await.is_err()
-    {
-        // The question goes on without the order guarantee rather than waiting longer.
-        tracing::warn!(
-            session_id,
-            "the worker did not take the agent's earlier output within {SYNC_WAIT:?}"
-        );
-    }
-}
-
-/// Whether `session_id`'s worker runs on this server.
-pub fn runs_here(state: &AppState, session_id: &str) -> bool {
-    running(state, session_id).is_some()
-}
-
-/// The running worker of `session_id`, if any (never starts one).
-fn running(state: &AppState, session_id: &str) -> Option<SessionHandle> {
-    state
-        .runtime
-        .workers
-        .lock()
-        .expect("workers lock")
-        .get(session_id)
-        .filter(|h| h.is_alive())
-        .cloned()
-}
-
-/// Issue 13: stops the worker of `session_id` (and its agent) because another server runs the
-/// session now; what that server recovered is left alone.
-pub fn fence(state: &AppState, session_id: &str) {
-    let handle = state
-        .runtime
-        .workers
-        .lock()
-        .expect("workers lock")
-        .remove(session_id);
-    if let Some(h) = handle
-        && h.send(Command::Fence).is_err()
-    {
-        h.stop.cancel();
-    }
-}
-
-/// Asks the worker of `session_id`, if it runs, to stop its idle agent.
-fn release(state: &AppState, session_id: &str) {
-    if let Some(h) = running(state, session_id)
-        && h.send(Command::Release).is_err()
-    {
-        tracing::debug!(
-            session_id,
-            "the worker stopped before it could release its agent"
-        );
-    }
-}
-
-/// Asks the session's worker (started if needed) to deliver what it owes.
-pub fn deliver_owed(state: &AppState, session_id: &str, task_id: &str) {
-    if let Err(e) = handle(state, session_id, task_id).send(Command::DeliverOwed) {
-        tracing::warn!(session_id, error = %e, "cannot wake the worker for an owed resume; the next prompt delivers it");
-    }
-}
-
-/// The worker of `session_id`, started if needed.
-pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandle {
-    let mut workers = state.runtime.workers.lock().expect("workers lock");
-    if let Some(h) = workers.get(session_id).filter(|h| h.is_alive()) {
-        return h.clone();
-    }
-    let (tx, rx) = mpsc::channel(COMMAND_BUFFER);
-    let stop = state.shutdown.child_token();
-    let busy = Arc::new(AtomicUsize::new(0));
-    let handled = Arc::new(AtomicU64::new(0));
-    let worker = Worker {
-        busy: busy.clone(),
-        handled: handled.clone(),
-        state: state.clone(),
-        session_id: session_id.to_string(),
-        task_id: task_id.to_string(),
-        agent: None,
-        events: None,
-        stop: stop.clone(),
-        queue: VecDeque::new(),
-        permissions: Vec::new(),
-        open_turn: None,
-        stream: StreamMerge::default(),
-        flush_owed: false,
-        fenced: false,
-        failed: false,
-    };
-    tokio::spawn(worker.run(rx));
-    let h = SessionHandle {
-        tx,
-        stop,
-        busy,
-        handled,
-    };
-    workers.insert(session_id.to_string(), h.clone());
-    h
 }
 
 /// The running agent and the MCP token hash it was given.
