@@ -159,16 +159,25 @@ pub async fn build_state(
             worker::deliver_owed(&state, &s.id, &s.task_id);
         }
     }
-    if !elsewhere.is_empty() {
-        let state = state.clone();
-        tokio::spawn(async move {
-            for s in elsewhere {
-                forward::wake_owner(&state, &s.id, &s.task_id).await;
-            }
-        });
+    // Waited for (bounded), so the owners have the wake-up before this server serves: what
+    // they deliver starts now, not at some later moment a client could not tell from idle.
+    let wakes = elsewhere
+        .iter()
+        .map(|s| forward::wake_owner(&state, &s.id, &s.task_id));
+    if tokio::time::timeout(OWNER_WAKE_WAIT, futures::future::join_all(wakes))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "a server running a session with an owed resume did not answer within \
+             {OWNER_WAKE_WAIT:?}; its heartbeat delivers it"
+        );
     }
     Ok(state)
 }
+
+/// How long start-up waits for the servers it wakes for owed resumes (decision 0036).
+const OWNER_WAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long start-up waits for the other live servers to hear this one (`welcomed`).
 const WELCOME_WAIT: std::time::Duration = std::time::Duration::from_secs(1);

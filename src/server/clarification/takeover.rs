@@ -79,7 +79,7 @@ async fn take_over(state: &AppState, session_id: &str) -> RepoResult<()> {
 /// L19 across servers: the claims abandoned by `restarted` (this server, at start-up) or by
 /// servers not seen since `alive_since` are settled (decision 0036) and announced: a restored
 /// question is answerable again on every server.
-pub async fn settle_abandoned_claims(
+async fn settle_abandoned_claims(
     state: &AppState,
     restarted: &str,
     alive_since: Micros,
@@ -90,21 +90,19 @@ pub async fn settle_abandoned_claims(
 }
 
 /// Restored questions are published, and the summaries of their tasks refreshed.
-pub async fn announce_settled(state: &AppState, settled: &[(AbandonedClaim, ClaimSettled)]) {
-    let restored: Vec<String> = settled
+async fn announce_settled(state: &AppState, settled: &[(AbandonedClaim, ClaimSettled)]) {
+    let restored: Vec<&AbandonedClaim> = settled
         .iter()
         .filter(|(_, s)| *s == ClaimSettled::Restored)
-        .map(|(c, _)| c.pending_id.clone())
+        .map(|(c, _)| c)
         .collect();
     if restored.is_empty() {
         return;
     }
-    publish::bundles_by_id(state, publish::BundleEvent::Restored, &restored).await;
-    let tasks: std::collections::BTreeSet<&str> = settled
-        .iter()
-        .filter(|(_, s)| *s == ClaimSettled::Restored)
-        .map(|(c, _)| c.task_id.as_str())
-        .collect();
+    let ids: Vec<String> = restored.iter().map(|c| c.pending_id.clone()).collect();
+    publish::bundles_by_id(state, publish::BundleEvent::Restored, &ids).await;
+    let tasks: std::collections::BTreeSet<&str> =
+        restored.iter().map(|c| c.task_id.as_str()).collect();
     for task in tasks {
         if let Err(e) = refresh_task(state, task, Scope::Full).await {
             tracing::warn!(task, error = %e, "summary refresh after a settled claim failed");
