@@ -454,7 +454,7 @@ async fn asks_in_one_turn(
         cpu_time("self"),
         children_cpu(&server_pid),
     );
-    let writer_before = (writer_usage(&client, &server.base).await, Instant::now());
+    let counters_before = (server_counters(&client, &server.base).await, Instant::now());
     let (mut first, mut end) = (None::<Instant>, Instant::now());
     let mut next_slot = Instant::now();
     let mut done = 0;
@@ -501,12 +501,20 @@ async fn asks_in_one_turn(
     let server_cpu = (cpu_time(&server_pid) - cpu_before.0) / round_trips;
     let client_cpu = (cpu_time("self") - cpu_before.1) / round_trips;
     let agents_cpu = children_cpu(&server_pid).saturating_sub(cpu_before.2) / round_trips;
-    let writer = match (writer_before.0, writer_usage(&client, &server.base).await) {
+    let counters = server_counters(&client, &server.base).await;
+    let writer = match (
+        counters_before.0.and_then(|c| c.writer),
+        counters.and_then(|c| c.writer),
+    ) {
         (Some((uses0, busy0)), Some((uses1, busy1))) => Some(WriterUse {
             uses_per_round_trip: (uses1 - uses0) / f64::from(round_trips),
-            busy: (busy1 - busy0) / writer_before.1.elapsed().as_secs_f64(),
+            busy: (busy1 - busy0) / counters_before.1.elapsed().as_secs_f64(),
         }),
         _ => None,
+    };
+    let refreshes = match (counters_before.0, counters) {
+        (Some(c0), Some(c1)) => (c1.refreshes - c0.refreshes) / f64::from(round_trips),
+        _ => f64::NAN,
     };
     let rate = times.len() as f64 / (end - first.unwrap()).as_secs_f64();
     times.sort();
@@ -517,6 +525,7 @@ async fn asks_in_one_turn(
         client_cpu,
         agents_cpu,
         writer,
+        refreshes,
     }
 }
 
@@ -529,8 +538,16 @@ struct WriterUse {
     busy: f64,
 }
 
-/// `(uses, busy seconds)` of SQLite's write connection so far; `None` on PostgreSQL.
-async fn writer_usage(client: &reqwest::Client, base: &str) -> Option<(f64, f64)> {
+/// The server's counters a B3 run reports, from `GET /metrics`.
+#[derive(Clone, Copy)]
+struct Counters {
+    /// `(uses, busy seconds)` of SQLite's write connection so far; `None` on PostgreSQL.
+    writer: Option<(f64, f64)>,
+    /// Summary refresh attempts so far (each one read of the pending state, P4).
+    refreshes: f64,
+}
+
+async fn server_counters(client: &reqwest::Client, base: &str) -> Option<Counters> {
     let text = client
         .get(format!("{base}/metrics"))
         .send()
@@ -543,10 +560,12 @@ async fn writer_usage(client: &reqwest::Client, base: &str) -> Option<(f64, f64)
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
     };
-    Some((
-        value("turnstile_sqlite_writer_uses_total")?,
-        value("turnstile_sqlite_writer_busy_seconds_total")?,
-    ))
+    Some(Counters {
+        writer: value("turnstile_sqlite_writer_uses_total")
+            .zip(value("turnstile_sqlite_writer_busy_seconds_total")),
+        // NaN from a server built before the counter (an A/B run against an older binary).
+        refreshes: value("turnstile_summary_refreshes_total").unwrap_or(f64::NAN),
+    })
 }
 
 /// One run of [`asks_in_one_turn`].
@@ -563,6 +582,8 @@ struct AskRun {
     agents_cpu: Duration,
     /// SQLite's write connection over the run.
     writer: Option<WriterUse>,
+    /// Summary refreshes per round trip (NaN when the counters could not be read).
+    refreshes: f64,
 }
 
 /// B3 on one backend: one agent, 50 at once (capacity), 50 paced to the target rate, and 50
@@ -620,28 +641,33 @@ fn print_b3(b3: &[B3Run], asks: usize) {
             })
             .unwrap_or_default();
         println!(
-            "| B3 | {name}: 50 agents in process, answered at once: ask (MCP) → answer (REST) → the agent has it and asks again, {} times in one turn | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms; server CPU {cpu:.0} µs, listener {:.0} µs per round trip{writer} | 1 agent {:.0}/s, p50 {:.1} ms | ≥ 1,000/s |",
+            "| B3 | {name}: 50 agents in process, answered at once: ask (MCP) → answer (REST) → the agent has it and asks again, {} times in one turn | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms; server CPU {cpu:.0} µs, listener {:.0} µs, {:.2} summary refreshes per round trip{writer} | 1 agent {:.0}/s, p50 {:.1} ms | ≥ 1,000/s |",
             asks - 1,
             at_once.rate,
             pct(rt, 0.5),
             pct(rt, 0.99),
             at_once.client_cpu.as_secs_f64() * 1e6,
+            at_once.refreshes,
             one.rate,
             pct(&one.times, 0.5)
         );
         println!(
-            "| B3 | {name}: the same, answers paced to {PACED:.0}/s across the 50 | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms | at once p99 {:.1} ms | p99 < 20 ms at {PACED:.0}/s |",
+            "| B3 | {name}: the same, answers paced to {PACED:.0}/s across the 50 | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms; server CPU {:.0} µs, {:.2} summary refreshes per round trip | at once p99 {:.1} ms | p99 < 20 ms at {PACED:.0}/s |",
             paced.rate,
             pct(&paced.times, 0.5),
             pct(&paced.times, 0.99),
+            paced.server_cpu.as_secs_f64() * 1e6,
+            paced.refreshes,
             pct(rt, 0.99)
         );
         println!(
-            "| B3 | {name}: paced to {:.0}/s (not saturated: the latency alone) | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms | — | (report) |",
+            "| B3 | {name}: paced to {:.0}/s (not saturated: the latency alone) | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms; server CPU {:.0} µs, {:.2} summary refreshes per round trip | — | (report) |",
             PACED / 2.0,
             half.rate,
             pct(&half.times, 0.5),
             pct(&half.times, 0.99),
+            half.server_cpu.as_secs_f64() * 1e6,
+            half.refreshes,
         );
     }
 }
@@ -661,6 +687,8 @@ fn b3_results(results: &mut Value, b3: &[B3Run], asks: usize) {
             json!({
                 "offered_per_second": offered, "per_second": run.rate,
                 "p50_ms": pct(&run.times, 0.5), "p99_ms": pct(&run.times, 0.99),
+                "server_cpu_us_per_round_trip": run.server_cpu.as_secs_f64() * 1e6,
+                "summary_refreshes_per_round_trip": finite(run.refreshes),
             })
         };
         results["B3"][name.as_str()] = json!({
@@ -668,6 +696,7 @@ fn b3_results(results: &mut Value, b3: &[B3Run], asks: usize) {
             "per_second": rate, "p50_ms": pct(rt, 0.5), "p99_ms": pct(rt, 0.99),
             "server_cpu_us_per_round_trip": at_once.server_cpu.as_secs_f64() * 1e6,
             "listener_cpu_us_per_round_trip": at_once.client_cpu.as_secs_f64() * 1e6,
+            "summary_refreshes_per_round_trip": finite(at_once.refreshes),
             "writer": at_once.writer.map(|w| json!({
                 "uses_per_round_trip": w.uses_per_round_trip, "busy_share": w.busy,
             })),
@@ -678,6 +707,11 @@ fn b3_results(results: &mut Value, b3: &[B3Run], asks: usize) {
             "pass": rate >= PACED && paced.rate >= 0.95 * PACED && pct(&paced.times, 0.99) < 20.0,
         });
     }
+}
+
+/// A figure for the JSON (`null` when it could not be measured).
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
 }
 
 fn pct(d: &[Duration], p: f64) -> f64 {

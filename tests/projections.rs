@@ -30,6 +30,8 @@ both_http!(
     p8_session_list_fails_closed,
     p1_p9_session_list_carries_pending_actions_and_revisions,
     p4_a_burst_of_events_for_one_task_costs_one_refresh,
+    p4_a_message_in_a_turn_that_counts_asks_for_no_refresh,
+    p4_l19_a_message_that_makes_a_reservation_current_clears_its_question,
 );
 
 /// A task with one primary running session, driven through the repository plus the hub
@@ -817,4 +819,112 @@ async fn p4_a_burst_of_events_for_one_task_costs_one_refresh(url: String) {
         2,
         "the held refresh, then one for the 50 that waited"
     );
+}
+
+/// How many summary refreshes the projector has attempted (`/metrics`).
+fn refreshes(state: &AppState) -> u64 {
+    state.metrics.summary_refreshes.load(Ordering::Relaxed)
+}
+
+/// An agent message written into its turn, through the worker's own path.
+async fn agent_message(state: &AppState, session: &str, turn: &str) -> MessageWritten {
+    state
+        .repo
+        .insert_message(
+            &NewMessage {
+                session_id: session.into(),
+                turn_id: turn.into(),
+                author: MessageAuthor::Agent,
+                kind: MessageKind::Text,
+                content: "part".into(),
+                pending_id: None,
+            },
+            state.clock.now(),
+        )
+        .await
+        .unwrap()
+}
+
+/// P4 (decision 0037): a reply streamed into a turn that already counts changes no input of
+/// the projection (sessions' states, current turns, bundles, permissions), so neither its new
+/// message nor its rewrites cost a refresh; the events still reach the transcript.
+async fn p4_a_message_in_a_turn_that_counts_asks_for_no_refresh(url: String) {
+    use turnstile::server::orchestrator::publish::{MessageEvent, message_written};
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let t1 = s.turn(&s.session).await;
+    s.ask(&s.session, &t1).await;
+    await_pending(&mut rx, &s.task, json!("clarification")).await;
+    projector_idle(&server.state, &mut rx).await;
+    let before = refreshes(&s.state);
+
+    let written = agent_message(&s.state, &s.session, &t1).await;
+    assert!(!written.can_move_turn, "t1 already counts");
+    let revision = s.state.next_pending_revision().await;
+    message_written(&s.state, MessageEvent::Added, &written, revision);
+    let added = next_event(&mut rx, |e| e.action == "session.message.added").await;
+    assert!(!added.refreshes_projection());
+    assert_eq!(added.payload["message"]["id"], json!(written.message.id));
+    let rewritten = s
+        .state
+        .repo
+        .update_message_content(&written.message.id, "part two", s.state.clock.now())
+        .await
+        .unwrap()
+        .unwrap();
+    let revision = s.state.next_pending_revision().await;
+    message_written(&s.state, MessageEvent::Updated, &rewritten, revision);
+    let updated = next_event(&mut rx, |e| e.action == "session.message.updated").await;
+    assert!(!updated.refreshes_projection());
+    assert_eq!(updated.payload["pending_action"], json!("clarification"));
+
+    projector_idle(&server.state, &mut rx).await;
+    assert_eq!(
+        refreshes(&s.state) - before,
+        1,
+        "only the marker task's refresh ran"
+    );
+    let stored = s.summary().await.unwrap();
+    assert_eq!(
+        stored.body.pending_action,
+        Some(PendingAction::Clarification)
+    );
+    server.stop().await;
+}
+
+/// P4 with L19: a message written into a resume reservation makes that turn count, and so
+/// current; the older turn's question is superseded. The message's event alone must bring the
+/// summary along.
+async fn p4_l19_a_message_that_makes_a_reservation_current_clears_its_question(url: String) {
+    use turnstile::server::orchestrator::publish::{MessageEvent, message_written};
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let t1 = s.turn(&s.session).await;
+    let asked = s.ask(&s.session, &t1).await;
+    await_pending(&mut rx, &s.task, json!("clarification")).await;
+    let reserved = s
+        .state
+        .repo
+        .reserve_turn(&s.session, &asked, s.state.clock.now())
+        .await
+        .unwrap();
+    assert_eq!(
+        s.state.repo.current_turn_id(&s.session).await.unwrap(),
+        Some(t1.clone()),
+        "a reservation alone does not count (L19)"
+    );
+
+    let written = agent_message(&s.state, &s.session, &reserved.id).await;
+    // The statement's RETURNING row is computed before the trigger moves the pointer on both
+    // databases, so its `pending_action` still reads the old turn: the refresh must correct it.
+    assert!(written.can_move_turn);
+    let revision = s.state.next_pending_revision().await;
+    message_written(&s.state, MessageEvent::Added, &written, revision);
+    let added = next_event(&mut rx, |e| e.action == "session.message.added").await;
+    assert!(added.refreshes_projection());
+    await_pending(&mut rx, &s.task, Value::Null).await;
+    assert_eq!(s.summary().await.unwrap().body.pending_action, None);
+    server.stop().await;
 }

@@ -85,21 +85,36 @@ fn envelope(
     action: &str,
     payload: Value,
 ) -> Message {
-    Message::Text(envelope_text(state, kind, id, action, payload).into())
+    Message::Text(envelope_text(state, kind, id, action, &payload).into())
 }
 
+/// One WebSocket frame's text. Serialized from borrowed parts: an event's payload is shared
+/// by every subscriber and written into the frame as it is, never copied (B3, B4).
 fn envelope_text(
     state: &AppState,
     kind: &str,
     id: Option<&Value>,
     action: &str,
-    payload: Value,
+    payload: &Value,
 ) -> String {
-    let mut e = json!({ "type": kind, "action": action, "payload": payload, "ts": format_micros(state.clock.now()) });
-    if let Some(id) = id {
-        e["id"] = id.clone();
+    #[derive(serde::Serialize)]
+    struct Frame<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a Value>,
+        action: &'a str,
+        payload: &'a Value,
+        ts: String,
     }
-    e.to_string()
+    serde_json::to_string(&Frame {
+        kind,
+        id,
+        action,
+        payload,
+        ts: format_micros(state.clock.now()),
+    })
+    .expect("a frame of JSON values serializes")
 }
 
 fn is_session_scoped(event: &Event) -> bool {
@@ -196,7 +211,7 @@ fn notification(
         }
         // Serialized once for every client (its `ts` is when the first one sent it).
         Ok(e) => Some(Message::Text(
-            e.frame(|| envelope_text(state, "notification", None, &e.action, (*e.payload).clone()))
+            e.frame(|| envelope_text(state, "notification", None, &e.action, &e.payload))
                 .into(),
         )),
         Err(RecvError::Lagged(missed)) => Some(envelope(

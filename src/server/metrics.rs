@@ -11,6 +11,9 @@ pub struct Metrics {
     pub http_errors: AtomicU64,
     pub websocket_clients: AtomicI64,
     pub summary_cas_retries: AtomicU64,
+    /// P4/P6: summary refresh attempts (each reads the authority once; a lost compare-and-set
+    /// makes another).
+    pub summary_refreshes: AtomicU64,
     /// P6: summary compare-and-set statements sent (a refresh that finds the summary already
     /// right sends none).
     pub summary_writes: AtomicU64,
@@ -69,6 +72,12 @@ impl Metrics {
             "counter",
             "Task summary compare-and-set attempts that lost and were retried (P6).",
             self.summary_cas_retries.load(Ordering::Relaxed).to_string(),
+        );
+        metric(
+            "turnstile_summary_refreshes_total",
+            "counter",
+            "Task summary refresh attempts, each one read of the pending state (P4, P6).",
+            self.summary_refreshes.load(Ordering::Relaxed).to_string(),
         );
         metric(
             "turnstile_summary_writes_total",

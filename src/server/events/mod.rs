@@ -25,11 +25,15 @@ pub struct Event {
     /// Relayed from another server (or made by the bridge itself): never sent on, and the
     /// projector leaves it to the server where it happened.
     pub remote: bool,
-    /// P4: announces a commit an earlier event of the same step already announced (the
-    /// question a session's `waiting_for_input` came with, the answer its `running` came
-    /// with): the refresh that event caused read after the whole commit, so this one needs
-    /// none (B3: two refreshes per round trip instead of four).
-    pub announced: bool,
+    /// P4: the projector needs no refresh for this event (decision 0037), because either
+    /// - it announces a commit an earlier event of the same step already announced (the
+    ///   question a session's `waiting_for_input` came with, the answer its `running` came
+    ///   with): the refresh that event caused read after the whole commit; or
+    /// - its write changed no input of the projection (a message in a turn that already
+    ///   counted, [`crate::server::repo::authority::message_can_move_current_turn`]).
+    ///
+    /// B3: one refresh per question and one per answer, not one per event.
+    pub no_refresh: bool,
     frame: Arc<OnceLock<String>>,
 }
 
@@ -62,7 +66,7 @@ impl From<Notification> for Event {
             task_id,
             session_id,
             remote: false,
-            announced: false,
+            no_refresh: false,
             frame: Arc::default(),
         }
     }
@@ -77,9 +81,15 @@ impl Event {
             task_id: None,
             session_id: None,
             remote: false,
-            announced: false,
+            no_refresh: false,
             frame: Arc::default(),
         }
+    }
+
+    /// Marks the event as asking the projector for no refresh ([`Event::no_refresh`]).
+    pub fn without_refresh(mut self) -> Self {
+        self.no_refresh = true;
+        self
     }
 
     /// The event's wire frame, made by `make` the first time any subscriber asks.
@@ -101,7 +111,7 @@ impl Event {
     pub fn refreshes_projection(&self) -> bool {
         let a = self.action.as_str();
         !self.remote
-            && !self.announced
+            && !self.no_refresh
             && (a.starts_with("session.message.")
                 || a.starts_with("session.turn.")
                 || a.starts_with("clarification.")

@@ -73,43 +73,50 @@ async fn pending_of(state: &AppState, session_id: &str) -> Option<PendingSnapsho
 /// `session.message.*` with the session's pending action when it could be read.
 pub async fn message(state: &AppState, event: MessageEvent, m: &MessageRecord) {
     let pending = pending_of(state, &m.session_id).await;
-    send_message(state, event, m, pending);
+    send(state, message_notification(event, m, pending));
 }
 
 /// `session.message.*` for a message as its write returned it: the write's statement read the
-/// session's P1 after `revision` was reserved (P9), so no second read.
+/// session's P1 after `revision` was reserved (P9), so no second read. A new message that did
+/// not make a reserved turn count, or a rewritten one, changed nothing the projector reads,
+/// so its event asks for no refresh (P4, decision 0037).
 pub fn message_written(
     state: &AppState,
     event: MessageEvent,
     m: &MessageWritten,
     revision: PendingActionRevision,
 ) {
-    send_message(
-        state,
+    let e = Event::from(message_notification(
         event,
         &m.message,
         as_written(m.pending_action, revision),
-    );
+    ));
+    let changes_projection = match event {
+        MessageEvent::Added => m.can_move_turn,
+        MessageEvent::Updated => false,
+        MessageEvent::Deleted => true,
+    };
+    state.hub.publish(if changes_projection {
+        e
+    } else {
+        e.without_refresh()
+    });
 }
 
-fn send_message(
-    state: &AppState,
+fn message_notification(
     event: MessageEvent,
     m: &MessageRecord,
     pending: Option<PendingSnapshot>,
-) {
+) -> Notification {
     let change = MessageChange {
         message: m.to_dto(),
         pending,
     };
-    send(
-        state,
-        match event {
-            MessageEvent::Added => Notification::MessageAdded(change),
-            MessageEvent::Updated => Notification::MessageUpdated(change),
-            MessageEvent::Deleted => Notification::MessageDeleted(change),
-        },
-    );
+    match event {
+        MessageEvent::Added => Notification::MessageAdded(change),
+        MessageEvent::Updated => Notification::MessageUpdated(change),
+        MessageEvent::Deleted => Notification::MessageDeleted(change),
+    }
 }
 
 pub fn turn_started(state: &AppState, t: &TurnRecord) {
@@ -173,12 +180,9 @@ pub fn session_state_and_message_added(
     let pending = as_written(s.pending_action, revision);
     let session = session_with(s, &pending);
     send(state, Notification::SessionStateChanged { session });
-    send(
-        state,
-        Notification::MessageAdded(MessageChange {
-            message: m.to_dto(),
-            pending,
-        }),
+    // The state event's refresh reads after the whole commit (P4).
+    state.hub.publish(
+        Event::from(message_notification(MessageEvent::Added, m, pending)).without_refresh(),
     );
 }
 
@@ -210,9 +214,9 @@ pub fn bundle(state: &AppState, event: BundleEvent, b: &BundleView) {
 /// published (its state event came first, L6): the projector's refresh for that event read
 /// after this write too, so this event asks for none (P4).
 pub fn bundle_announced(state: &AppState, event: BundleEvent, b: &BundleView) {
-    let mut e = Event::from(event.notification(b.to_dto()));
-    e.announced = true;
-    state.hub.publish(e);
+    state
+        .hub
+        .publish(Event::from(event.notification(b.to_dto())).without_refresh());
 }
 
 /// Publishes `event` for each bundle id (re-read so the payload shows the committed state).

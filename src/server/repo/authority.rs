@@ -246,6 +246,17 @@ pub fn pending_action_of_session(session: &str) -> String {
     )
 }
 
+/// Whether writing the message row `m` into its turn can move its session's current turn:
+/// only when that turn is a reservation not yet attempted, which the message makes count
+/// (L1, L19). This is the `WHEN` of the trigger that moves the pointer on a message insert
+/// (migration `0005_current_turn_pointer`). Any other message leaves every input of P1 and
+/// P2 as it was, so its event asks the projector for no refresh (P4, decision 0037).
+pub fn message_can_move_current_turn(m: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM turns rt WHERE rt.id = {m}.turn_id AND rt.reservation = 'reserved')"
+    )
+}
+
 fn pending_action_of(state: &str, pending: &str) -> String {
     format!("CASE WHEN {state} NOT IN {INPUT_CAPABLE_STATES} THEN NULL ELSE {pending} END")
 }

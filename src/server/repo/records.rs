@@ -217,6 +217,10 @@ pub struct MessageWritten {
     #[sqlx(flatten)]
     pub message: MessageRecord,
     pub pending_action: Option<PendingAction>,
+    /// The message's turn is a reservation the message may have made current (L19,
+    /// [`super::authority::message_can_move_current_turn`]): only then can its event change
+    /// the task's projection (P4, decision 0037).
+    pub can_move_turn: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]

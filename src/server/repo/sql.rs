@@ -74,7 +74,8 @@ pub(super) const TURN_COLUMNS: &str = "id, session_id, task_id, started_at, comp
 pub(super) const PERMISSION_COLUMNS: &str = "id, session_id, task_id, turn_id, tool_call, options, status, \
     outcome, created_at, resolved_at";
 
-/// What a message write returns: the message and its session's P1 ([`super::MessageWritten`]),
+/// What a message write returns: the message, its session's P1 and whether it could move the
+/// current turn ([`super::MessageWritten`]),
 /// `RETURNING {MESSAGE_WRITTEN}` in a statement on `messages`.
 pub(super) const MESSAGE_WRITTEN: MessageWrittenColumns = MessageWrittenColumns;
 
@@ -84,8 +85,9 @@ impl std::fmt::Display for MessageWrittenColumns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{MESSAGE_COLUMNS}, {} AS pending_action",
-            super::authority::pending_action_of_session("messages.session_id")
+            "{MESSAGE_COLUMNS}, {} AS pending_action, {} AS can_move_turn",
+            super::authority::pending_action_of_session("messages.session_id"),
+            super::authority::message_can_move_current_turn("messages")
         )
     }
 }

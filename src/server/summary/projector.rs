@@ -77,6 +77,10 @@ async fn refresh_with(
         source,
     };
     for attempt in 1..=MAX_CAS_ATTEMPTS {
+        state
+            .metrics
+            .summary_refreshes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // One statement reads the stored summary and the authority (one snapshot, so the
         // summary is never older than the projection applied to it).
         let (stored, projection) = loader::load_with_summary(state.repo.as_ref(), task_id)
