@@ -141,6 +141,9 @@ test("L16/N5: answering a question the agent has moved past says it is gone and 
   const task = await openQuestion(page, api, "Gone", `e2e:ask-timeout(1000, ${JSON.stringify(q)})`);
   const session = task.primary_session_id!;
   await api.waitTurnsDone(session, 1);
+  // The tab has heard of the detach (its refetch landed) before the gate closes: a refetch
+  // still in flight when turn 2 starts would rightly find no question and hide the overlay.
+  await expect(page.getByTestId("clarification-deferred-notice")).toBeVisible();
   gate.held = true;
   // A newer turn supersedes the detached question (L16); this tab has not heard of it.
   await api.prompt(session, "/e2e:simple-message");
