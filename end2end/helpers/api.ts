@@ -81,15 +81,17 @@ export const SHORT_TIMEOUT =
 /**
  * Routes the page's live socket through the test: while `held` is set, nothing the server
  * pushes reaches the page (a tab that has not heard the news yet); `refuse` closes every new
- * connection at once (a server that cannot be reached).
+ * connection at once (a server that cannot be reached); `drop()` closes the current one as a
+ * network blip would (the page reconnects).
  */
 export async function gateSocket(page: import("@playwright/test").Page) {
-  const gate = { held: false, refuse: false };
+  const gate = { held: false, refuse: false, drop: async () => {} };
   await page.routeWebSocket(/\/ws$/, (ws) => {
     if (gate.refuse) {
       ws.close({ code: 1011, reason: "refused by the test" });
       return;
     }
+    gate.drop = () => ws.close({ code: 1011, reason: "dropped by the test" });
     const server = ws.connectToServer();
     server.onMessage((m) => {
       if (!gate.held) ws.send(m);

@@ -179,7 +179,7 @@ pub fn ChatPanel(session: Memo<Option<String>>) -> impl IntoView {
 
 /// What the shown session has pending, loaded in the browser whenever the session, `changed`
 /// or a resync moves; only the shown session's item (N4): never another session's while one
-/// loads.
+/// loads. A failed load keeps what was shown.
 fn shown_session_load<T, Fut>(
     session: Memo<Option<String>>,
     changed: RwSignal<u64>,
@@ -204,13 +204,17 @@ where
             }
         },
     );
-    Memo::new(move |_| {
+    Memo::new(move |shown: Option<&Option<T>>| {
         let id = session.get();
-        loaded
-            .get()
-            .and_then(Result::ok)
-            .flatten()
-            .filter(|item| Some(session_of(item)) == id.as_ref())
+        let ours = |item: &T| Some(session_of(item)) == id.as_ref();
+        match loaded.get() {
+            Some(Ok(item)) => item.filter(ours),
+            // A refetch that failed (a network blip, a server at its limit) tells nothing new:
+            // what was shown stays, still answerable (a gone one answers 409), until the next
+            // push or reconnect refetches.
+            Some(Err(_)) => shown.cloned().flatten().filter(ours),
+            None => None,
+        }
     })
 }
 

@@ -155,3 +155,35 @@ test("L16/N5: answering a question the agent has moved past says it is gone and 
   await expect(page.getByTestId("clarification-overlay")).toHaveCount(0);
   expect((await api.messages(session)).length).toBe(before);
 });
+
+test.describe("a refetch that fails", () => {
+  test.use({ allowedConsole: [/Failed to load resource/] });
+
+  test("N4: a question stays shown and answerable when its refetch fails", async ({ page, request }) => {
+    const api = new Api(request);
+    const gate = await gateSocket(page);
+    await openQuestion(page, api, "Blip", "/e2e:clarification");
+    const status = page.getByTestId("connection-status");
+    await expect(status).toHaveText("Live");
+
+    // The socket drops; on reconnect every view refetches (P10), and this refetch fails.
+    let failed = false;
+    await page.route("**/api/fn/active_question", async (route) => {
+      failed = true;
+      await route.abort();
+    });
+    const refetchFailed = page.waitForEvent("requestfailed", (r) => r.url().includes("/api/fn/active_question"));
+    await gate.drop();
+    await refetchFailed;
+    await expect(status).toHaveText("Live");
+    // One turn of the page's event loop after the failure reached it: the failure has landed.
+    await page.evaluate(() => new Promise((done) => setTimeout(() => requestAnimationFrame(done), 0)));
+    expect(failed).toBe(true);
+    await expect(page.getByTestId("clarification-overlay")).toBeVisible();
+
+    await page.unroute("**/api/fn/active_question");
+    await page.getByTestId("clarification-option-postgresql").click();
+    await expect(page.getByTestId("clarification-overlay")).toHaveCount(0);
+    await expect(answered(page)).toContainText('"db":{"selected_option":"postgresql"}');
+  });
+});
