@@ -167,18 +167,13 @@ test.describe("a refetch that fails", () => {
     await expect(status).toHaveText("Live");
 
     // The socket drops; on reconnect every view refetches (P10), and this refetch fails.
-    let failed = false;
-    await page.route("**/api/fn/active_question", async (route) => {
-      failed = true;
-      await route.abort();
-    });
+    await page.route("**/api/fn/active_question", (route) => route.abort());
     const refetchFailed = page.waitForEvent("requestfailed", (r) => r.url().includes("/api/fn/active_question"));
     await gate.drop();
     await refetchFailed;
     await expect(status).toHaveText("Live");
     // One turn of the page's event loop after the failure reached it: the failure has landed.
     await page.evaluate(() => new Promise((done) => setTimeout(() => requestAnimationFrame(done), 0)));
-    expect(failed).toBe(true);
     await expect(page.getByTestId("clarification-overlay")).toBeVisible();
 
     await page.unroute("**/api/fn/active_question");
