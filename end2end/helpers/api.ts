@@ -82,16 +82,28 @@ export const SHORT_TIMEOUT =
  * Routes the page's live socket through the test: while `held` is set, nothing the server
  * pushes reaches the page (a tab that has not heard the news yet); `refuse` closes every new
  * connection at once (a server that cannot be reached); `drop()` closes the current one as a
- * network blip would (the page reconnects).
+ * network blip would (the page reconnects), waiting for the page's first connection if there is
+ * none yet.
  */
 export async function gateSocket(page: import("@playwright/test").Page) {
-  const gate = { held: false, refuse: false, drop: async () => {} };
+  let current: import("@playwright/test").WebSocketRoute | undefined;
+  let connected!: () => void;
+  const first = new Promise<void>((resolve) => (connected = resolve));
+  const gate = {
+    held: false,
+    refuse: false,
+    drop: async () => {
+      await first;
+      await current!.close({ code: 1011, reason: "dropped by the test" });
+    },
+  };
   await page.routeWebSocket(/\/ws$/, (ws) => {
     if (gate.refuse) {
       ws.close({ code: 1011, reason: "refused by the test" });
       return;
     }
-    gate.drop = () => ws.close({ code: 1011, reason: "dropped by the test" });
+    current = ws;
+    connected();
     const server = ws.connectToServer();
     server.onMessage((m) => {
       if (!gate.held) ws.send(m);

@@ -40,3 +40,34 @@ test("N6: a request whose turn was cancelled shows as cancelled when answered", 
   await expect(page.getByTestId("permission-prompt")).toContainText("This request was cancelled");
   await expect(page.getByTestId("permission-option-allow")).toHaveCount(0);
 });
+
+test.describe("a refetch that fails", () => {
+  test.use({ allowedConsole: [/Failed to load resource/] });
+
+  test("N6: a permission request stays shown and answerable when its refetch fails", async ({ page, request }) => {
+    const api = new Api(request);
+    const task = await api.createTask(`Permission blip ${Date.now()}`, { prompt: "/e2e:permission" });
+    const gate = await gateSocket(page);
+    await page.goto(`/t/${task.id}?session=${task.primary_session_id}`);
+    await ready(page);
+    const prompt = page.getByTestId("permission-prompt");
+    await expect(prompt).toContainText("Run the test suite");
+    const status = page.getByTestId("connection-status");
+    await expect(status).toHaveText("Live");
+
+    // The socket drops; on reconnect every view refetches (P10), and this refetch fails.
+    await page.route("**/api/fn/pending_permission", (route) => route.abort());
+    const refetchFailed = page.waitForEvent("requestfailed", (r) => r.url().includes("/api/fn/pending_permission"));
+    await gate.drop();
+    await refetchFailed;
+    await expect(status).toHaveText("Live");
+    // One turn of the page's event loop after the failure reached it: the failure has landed.
+    await page.evaluate(() => new Promise((done) => setTimeout(() => requestAnimationFrame(done), 0)));
+    await expect(prompt).toContainText("Run the test suite");
+
+    await page.unroute("**/api/fn/pending_permission");
+    await page.getByTestId("permission-option-allow").click();
+    await expect(prompt).toHaveCount(0);
+    await expect(page.getByTestId("chat-message").filter({ hasText: "Permission outcome: selected allow" })).toBeVisible();
+  });
+});
