@@ -114,3 +114,27 @@ export async function gateSocket(page: import("@playwright/test").Page) {
   });
   return gate;
 }
+
+/**
+ * Drops the page's live socket (through `gate`, which must be connected) so that it reconnects
+ * and refetches every view (P10), and makes that refetch of the server function `endpoint` fail.
+ * Returns once the failure has reached the page and it is live again; the returned function
+ * lets the endpoint through again.
+ */
+export async function failRefetchOnReconnect(
+  page: import("@playwright/test").Page,
+  gate: Awaited<ReturnType<typeof gateSocket>>,
+  endpoint: string,
+) {
+  const status = page.getByTestId("connection-status");
+  await expect(status).toHaveText("Live");
+  const url = `**/api/fn/${endpoint}`;
+  await page.route(url, (route) => route.abort());
+  const failed = page.waitForEvent("requestfailed", (r) => r.url().includes(`/api/fn/${endpoint}`));
+  await gate.drop();
+  await failed;
+  await expect(status).toHaveText("Live");
+  // One turn of the page's event loop after the failure reached it: the failure has landed.
+  await page.evaluate(() => new Promise((done) => setTimeout(() => requestAnimationFrame(done), 0)));
+  return () => page.unroute(url);
+}

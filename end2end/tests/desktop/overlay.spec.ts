@@ -1,5 +1,5 @@
 import { expect, test } from "../../helpers/fixtures";
-import { Api, gateSocket, ready } from "../../helpers/api";
+import { Api, failRefetchOnReconnect, gateSocket, ready } from "../../helpers/api";
 
 // N4/N5 in the overlay: one question at a time, keyboard use, collapse and reopen, and what
 // the user sees when someone else answered first or the question is gone.
@@ -163,20 +163,11 @@ test.describe("a refetch that fails", () => {
     const api = new Api(request);
     const gate = await gateSocket(page);
     await openQuestion(page, api, "Blip", "/e2e:clarification");
-    const status = page.getByTestId("connection-status");
-    await expect(status).toHaveText("Live");
-
     // The socket drops; on reconnect every view refetches (P10), and this refetch fails.
-    await page.route("**/api/fn/active_question", (route) => route.abort());
-    const refetchFailed = page.waitForEvent("requestfailed", (r) => r.url().includes("/api/fn/active_question"));
-    await gate.drop();
-    await refetchFailed;
-    await expect(status).toHaveText("Live");
-    // One turn of the page's event loop after the failure reached it: the failure has landed.
-    await page.evaluate(() => new Promise((done) => setTimeout(() => requestAnimationFrame(done), 0)));
+    const letThrough = await failRefetchOnReconnect(page, gate, "active_question");
     await expect(page.getByTestId("clarification-overlay")).toBeVisible();
 
-    await page.unroute("**/api/fn/active_question");
+    await letThrough();
     await page.getByTestId("clarification-option-postgresql").click();
     await expect(page.getByTestId("clarification-overlay")).toHaveCount(0);
     await expect(answered(page)).toContainText('"db":{"selected_option":"postgresql"}');

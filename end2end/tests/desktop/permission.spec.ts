@@ -1,5 +1,5 @@
 import { expect, test } from "../../helpers/fixtures";
-import { Api, gateSocket, ready } from "../../helpers/api";
+import { Api, failRefetchOnReconnect, gateSocket, ready } from "../../helpers/api";
 
 test("N6: a permission request is answered by a click; the prompt and the icon clear", async ({ page, request }) => {
   const api = new Api(request);
@@ -52,20 +52,11 @@ test.describe("a refetch that fails", () => {
     await ready(page);
     const prompt = page.getByTestId("permission-prompt");
     await expect(prompt).toContainText("Run the test suite");
-    const status = page.getByTestId("connection-status");
-    await expect(status).toHaveText("Live");
-
     // The socket drops; on reconnect every view refetches (P10), and this refetch fails.
-    await page.route("**/api/fn/pending_permission", (route) => route.abort());
-    const refetchFailed = page.waitForEvent("requestfailed", (r) => r.url().includes("/api/fn/pending_permission"));
-    await gate.drop();
-    await refetchFailed;
-    await expect(status).toHaveText("Live");
-    // One turn of the page's event loop after the failure reached it: the failure has landed.
-    await page.evaluate(() => new Promise((done) => setTimeout(() => requestAnimationFrame(done), 0)));
+    const letThrough = await failRefetchOnReconnect(page, gate, "pending_permission");
     await expect(prompt).toContainText("Run the test suite");
 
-    await page.unroute("**/api/fn/pending_permission");
+    await letThrough();
     await page.getByTestId("permission-option-allow").click();
     await expect(prompt).toHaveCount(0);
     await expect(page.getByTestId("chat-message").filter({ hasText: "Permission outcome: selected allow" })).toBeVisible();
