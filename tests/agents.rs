@@ -22,6 +22,7 @@ both_http!(
     a_reply_chunk_still_in_the_agents_stream_when_its_question_arrives_stays_before_it,
     l7_a_live_answer_moves_the_session_back_to_running_once,
     remembered_questions_never_decide_whether_a_question_is_answerable,
+    l8_a_question_that_takes_over_an_identical_one_still_writes_the_reply_before_it,
 );
 
 async fn session_state(api: &Api, task: &str, session: &str) -> Value {
@@ -1134,4 +1135,62 @@ async fn asked(
         .as_str()
         .unwrap()
         .to_string()
+}
+
+/// The agent's reply before a question is written in the question's own transaction (one
+/// commit for both, B3). A question that writes nothing still leaves the reply in the
+/// transcript: here the agent's question times out (detached, still active), the agent says
+/// so and asks the identical question again, which takes the first one over (L8) and writes
+/// no row of its own.
+async fn l8_a_question_that_takes_over_an_identical_one_still_writes_the_reply_before_it(
+    url: String,
+) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let again = SHORT_TIMEOUT.replacen("e2e:ask-timeout(300, ", "e2e:ask(", 1);
+    let (_task, session) = api.start_task(&format!("{SHORT_TIMEOUT}\n{again}")).await;
+    let pending = api.pending_id(&session).await;
+    api.wait_for(
+        &format!("/api/v1/clarifications/{pending}"),
+        "the first call timed out",
+        |b| b["detached"] == true,
+    )
+    .await;
+    // Its waiter went with the first call: this is the second call waiting on the same
+    // question (one bundle, L8).
+    support::until("the second call waiting", async || {
+        server.state.runtime.waiters.contains(&pending)
+    })
+    .await;
+    let timed_out = "Question timed out, continuing without answer.";
+    let (status, body) = api
+        .respond(
+            &pending,
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["claimed"], true, "{body}");
+    api.wait_turns_done(&session, 1).await;
+    let agent: Vec<(String, String)> = api
+        .messages(&session)
+        .await
+        .iter()
+        .filter(|m| m["author"] == "agent")
+        .map(|m| {
+            (
+                m["kind"].as_str().unwrap().to_string(),
+                m["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let kinds: Vec<&str> = agent.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["clarification_request", "text", "text"],
+        "one question, the reply before its second call, the reply after the answer: {agent:?}"
+    );
+    assert_eq!(agent[1].1, timed_out, "{agent:?}");
+    assert!(agent[2].1.starts_with("You answered:"), "{agent:?}");
+    server.stop().await;
 }

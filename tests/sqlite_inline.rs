@@ -59,6 +59,7 @@ async fn b3_sqlite_statements_run_on_the_callers_thread() {
                 dedup_key: "k".into(),
                 questions: vec![],
                 message_content: "?".into(),
+                replies: vec![],
             },
             10_001,
         )

@@ -113,6 +113,7 @@ async fn ask_counts(url: &str, turn_reads: &AtomicUsize) {
         dedup_key: format!("d{n}"),
         questions: vec![],
         message_content: "?".into(),
+        replies: vec![],
     };
     let before = turn_reads.load(Ordering::SeqCst);
     let written = repo.ask_in_current_turn(&ask(1), 20).await.unwrap();

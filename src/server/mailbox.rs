@@ -36,9 +36,10 @@ pub enum Command {
     /// Stop the agent if it is idle: another session needs its slot (`--max-agents`).
     Release,
     /// Take every event the agent sent before now (up to a mark in its output, decision
-    /// 0033), then reply (`worker::sync`).
+    /// 0033), then reply with the output still owed to the transcript, ended there: the caller
+    /// (a question) writes it in its own transaction (`worker::sync`).
     Sync {
-        reply: oneshot::Sender<()>,
+        reply: oneshot::Sender<Vec<crate::server::repo::ReplyWrite>>,
     },
     /// Issue 13: another server runs this session now (it took it over while this server was
     /// out of touch): stop the agent and the worker without touching what the new owner

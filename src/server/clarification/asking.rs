@@ -45,11 +45,12 @@ where
     // The waiter exists before the bundle is visible to anyone: a responder that reads the
     // bundle right after its commit always finds it (L15), never a gap that looks detached.
     let (tx, mut rx) = oneshot::channel::<WaiterMsg>();
-    // The reply the agent sent before asking ends before the question (stream.rs).
-    crate::server::orchestrator::worker::sync(state, &session.id).await;
+    // The reply the agent sent before asking ends before the question (stream.rs); what of it
+    // is unwritten is written with the question.
+    let replies = crate::server::orchestrator::worker::sync(state, &session.id).await;
     let id = crate::server::repo::new_id();
     state.runtime.waiters.put(&id, tx);
-    let pending_id = match write(state, session, &ask, &id).await {
+    let pending_id = match write(state, session, &ask, &id, replies).await {
         Ok(Written::Asked { superseded: false }) => id,
         // A resume owed for an earlier answer may have become current right after our commit
         // (the insert found the agent's turn current): then this question is already
@@ -163,15 +164,18 @@ enum Written {
     Asked { superseded: bool },
 }
 
-/// L6/L7: bundle, questions, transcript message and the session's `waiting_for_input` in one
-/// transaction guarded by the current turn; published after the commit, the state first, so
-/// nobody sees the question before the session waits. After the commit one slim read tells
-/// whether the bundle is already superseded; its event is built from what was written.
+/// L6/L7: the agent's owed reply (`replies`), bundle, questions, transcript message and the
+/// session's `waiting_for_input` in one transaction guarded by the current turn; published
+/// after the commit, the reply first, then the state, so nobody sees the question before the
+/// session waits. After the commit one slim read tells whether the bundle is already
+/// superseded; its event is built from what was written. A question that writes nothing still
+/// writes the reply.
 async fn write(
     state: &AppState,
     session: &SessionRecord,
     ask: &Ask,
     pending_id: &str,
+    replies: Vec<crate::server::repo::ReplyWrite>,
 ) -> RepoResult<Written> {
     let new = NewAsk {
         pending_id: pending_id.to_string(),
@@ -180,16 +184,41 @@ async fn write(
         dedup_key: ask.dedup_key(),
         questions: ask.questions.clone(),
         message_content: ask.summary_line(),
+        replies,
     };
-    // P9: reserved before the transaction whose session update reads the P1 its events carry.
+    // P9: reserved before the transaction whose statements read the P1 its events carry, in
+    // their order.
+    let mut reply_revisions = Vec::with_capacity(new.replies.len());
+    for _ in &new.replies {
+        reply_revisions.push(state.next_pending_revision().await);
+    }
     let revision = state.next_pending_revision().await;
-    let Some(written) = state
+    let written = match state
         .repo
         .ask_in_current_turn(&new, state.clock.now())
-        .await?
-    else {
-        return Ok(Written::NotCurrent);
+        .await
+    {
+        Ok(Some(written)) => written,
+        Ok(None) => {
+            crate::server::orchestrator::worker::write_replies(state, new.replies).await;
+            return Ok(Written::NotCurrent);
+        }
+        Err(e) => {
+            crate::server::orchestrator::worker::write_replies(state, new.replies).await;
+            return Err(e);
+        }
     };
+    for ((reply, m), r) in new
+        .replies
+        .iter()
+        .zip(&written.replies)
+        .zip(reply_revisions)
+    {
+        if let Some(m) = m {
+            let event = crate::server::orchestrator::worker::reply_event(reply);
+            publish::message_written(state, event, m, r);
+        }
+    }
     state.runtime.counters.note_foreign_row(&session.id);
     publish::session_state_and_message_added(state, &written.session, &written.message, revision);
     state

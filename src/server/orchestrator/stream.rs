@@ -3,7 +3,9 @@
 //! question, a permission request) — known in memory, so a chunk costs no probe query. A
 //! question comes over MCP, not over the agent's ACP stream, so before it is written the
 //! worker takes what the agent already sent (`worker::sync`, up to a mark in the agent's output
-//! stream, decision 0033): the reply's last chunks stay in the reply before the question.
+//! stream, decision 0033): the reply's last chunks stay in the reply before the question. What
+//! of the reply is unwritten then goes to the question, which writes it in its own transaction
+//! (decision 0038).
 //!
 //! Chunks are buffered in memory and written at most once per [`FLUSH_INTERVAL`] (or when
 //! [`FLUSH_BYTES`] are waiting, or before anything else enters the transcript): a reply of n

@@ -171,7 +171,7 @@ pub struct NewTurn {
     pub created_at: Micros,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NewMessage {
     pub session_id: String,
     pub turn_id: String,
@@ -179,6 +179,16 @@ pub struct NewMessage {
     pub kind: MessageKind,
     pub content: String,
     pub pending_id: Option<String>,
+}
+
+/// Agent output the session worker still owed when a question arrived (`stream.rs`): written in
+/// the ask's own transaction, before the question, so reply and question commit together.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReplyWrite {
+    /// A reply's first write: its message is created.
+    Create(NewMessage),
+    /// A reply whose message exists: its whole content so far.
+    Content { id: String, content: String },
 }
 
 /// L6: a bundle, its questions and its transcript message are written in one transaction.
@@ -204,6 +214,8 @@ pub struct NewAsk {
     pub dedup_key: String,
     pub questions: Vec<Question>,
     pub message_content: String,
+    /// The agent's owed output, written first (nothing when the ask writes nothing).
+    pub replies: Vec<ReplyWrite>,
 }
 
 /// What an accepted ask wrote.
@@ -213,6 +225,8 @@ pub struct AskWritten {
     pub message: MessageRecord,
     /// The session after its move to `waiting_for_input` (L7).
     pub session: SessionRecord,
+    /// [`NewAsk::replies`] as written, in their order (`None`: an updated message was gone).
+    pub replies: Vec<Option<MessageWritten>>,
 }
 
 #[derive(Clone, Debug)]

@@ -8,9 +8,10 @@ use super::authority::{BUNDLE_COLUMNS, SQL};
 use super::questions::{insert_question_message, insert_questions};
 use super::sessions::move_session;
 use super::sql::{RowsAffected, SESSION_COLUMNS, SqlBackend, SqlRepository, TURN_COLUMNS, stmt};
+use super::transcript::{insert_message_on, update_content_on};
 use super::{
-    AskWritten, BundleRecord, MessageRecord, NewAsk, RepoError, RepoResult, SessionRecord,
-    TurnRecord, new_id,
+    AskWritten, BundleRecord, MessageRecord, MessageWritten, NewAsk, ReplyWrite, RepoError,
+    RepoResult, SessionRecord, TurnRecord, new_id,
 };
 use crate::model::SessionState;
 use crate::server::time::Micros;
@@ -121,6 +122,7 @@ where
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> BundleRecord: FromRow<'r, DB::Row>,
     for<'r> MessageRecord: FromRow<'r, DB::Row>,
+    for<'r> MessageWritten: FromRow<'r, DB::Row>,
     for<'r> SessionRecord: FromRow<'r, DB::Row>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
     for<'r> TurnRecord: FromRow<'r, DB::Row>,
@@ -201,6 +203,17 @@ where
         at: Micros,
     ) -> RepoResult<Option<AskWritten>> {
         let mut tx = self.write_tx().await?;
+        // The agent's output before its question, first: the reply's rows precede the
+        // question's in the transcript, and both commit together (one commit less per ask).
+        let mut replies = Vec::with_capacity(new.replies.len());
+        for reply in &new.replies {
+            replies.push(match reply {
+                ReplyWrite::Create(m) => Some(insert_message_on(&mut *tx, m, at).await?),
+                ReplyWrite::Content { id, content } => {
+                    update_content_on(&mut *tx, id, content, at).await?
+                }
+            });
+        }
         let Some(bundle) = sqlx::query_as::<DB, BundleRecord>(SQL.ask_bundle(DB::KIND))
             .bind(&new.session_id)
             .bind(&new.pending_id)
@@ -230,6 +243,7 @@ where
             bundle,
             message,
             session,
+            replies,
         }))
     }
 

@@ -114,28 +114,7 @@ where
     }
 
     async fn insert_message(&self, new: &NewMessage, at: Micros) -> RepoResult<MessageWritten> {
-        sqlx::query_as::<DB, MessageWritten>(stmt!(
-            "INSERT INTO messages ({MESSAGE_COLUMNS}) \
-             SELECT $1, t.session_id, t.task_id, t.id, $4, $5, $6, $7, $8, $8 \
-             FROM turns t WHERE t.id = $3 AND t.session_id = $2 \
-             RETURNING {MESSAGE_WRITTEN}"
-        ))
-        .bind(new_id())
-        .bind(&new.session_id)
-        .bind(&new.turn_id)
-        .bind(new.author.as_str())
-        .bind(new.kind.as_str())
-        .bind(&new.content)
-        .bind(&new.pending_id)
-        .bind(at)
-        .fetch_optional(&mut *self.writer().await?)
-        .await?
-        .ok_or_else(|| {
-            RepoError::NotFound(format!(
-                "turn {} of session {}",
-                new.turn_id, new.session_id
-            ))
-        })
+        insert_message_on(&mut *self.writer().await?, new, at).await
     }
 
     async fn list_messages(
@@ -194,13 +173,70 @@ where
         content: &str,
         at: Micros,
     ) -> RepoResult<Option<MessageWritten>> {
-        Ok(sqlx::query_as::<DB, MessageWritten>(stmt!(
-            "UPDATE messages SET content = $2, updated_at = $3 WHERE id = $1 RETURNING {MESSAGE_WRITTEN}"
-        ))
-        .bind(id)
-        .bind(content)
-        .bind(at)
-        .fetch_optional(&mut *self.writer().await?)
-        .await?)
+        update_content_on(&mut *self.writer().await?, id, content, at).await
     }
+}
+
+/// [`TranscriptStore::insert_message`] on `executor` (the write connection, or inside a
+/// transaction: an ask's owed replies).
+pub(super) async fn insert_message_on<'e, DB, E>(
+    executor: E,
+    new: &NewMessage,
+    at: Micros,
+) -> RepoResult<MessageWritten>
+where
+    DB: SqlBackend,
+    E: Executor<'e, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> MessageWritten: FromRow<'r, DB::Row>,
+{
+    sqlx::query_as::<DB, MessageWritten>(stmt!(
+        "INSERT INTO messages ({MESSAGE_COLUMNS}) \
+         SELECT $1, t.session_id, t.task_id, t.id, $4, $5, $6, $7, $8, $8 \
+         FROM turns t WHERE t.id = $3 AND t.session_id = $2 \
+         RETURNING {MESSAGE_WRITTEN}"
+    ))
+    .bind(new_id())
+    .bind(&new.session_id)
+    .bind(&new.turn_id)
+    .bind(new.author.as_str())
+    .bind(new.kind.as_str())
+    .bind(&new.content)
+    .bind(&new.pending_id)
+    .bind(at)
+    .fetch_optional(executor)
+    .await?
+    .ok_or_else(|| {
+        RepoError::NotFound(format!(
+            "turn {} of session {}",
+            new.turn_id, new.session_id
+        ))
+    })
+}
+
+/// [`TranscriptStore::update_message_content`] on `executor`.
+pub(super) async fn update_content_on<'e, DB, E>(
+    executor: E,
+    id: &str,
+    content: &str,
+    at: Micros,
+) -> RepoResult<Option<MessageWritten>>
+where
+    DB: SqlBackend,
+    E: Executor<'e, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> MessageWritten: FromRow<'r, DB::Row>,
+{
+    Ok(sqlx::query_as::<DB, MessageWritten>(stmt!(
+        "UPDATE messages SET content = $2, updated_at = $3 WHERE id = $1 RETURNING {MESSAGE_WRITTEN}"
+    ))
+    .bind(id)
+    .bind(content)
+    .bind(at)
+    .fetch_optional(executor)
+    .await?)
 }

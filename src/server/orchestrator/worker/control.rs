@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use super::{COMMAND_BUFFER, SYNC_WAIT, Worker};
 use crate::server::mailbox::{Command, IdleMark, SessionHandle};
 use crate::server::orchestrator::stream::StreamMerge;
+use crate::server::repo::ReplyWrite;
 use crate::server::state::AppState;
 
 /// `Some` when the session's worker has nothing to do right now: no command waiting or being
@@ -61,23 +62,40 @@ pub fn stop_all(state: &AppState) {
 /// before now. The agent's `ask_user_question` comes over MCP while its reply's last chunks
 /// may still be in its stdout pipe, the ACP connection or the worker's queue: taken first,
 /// they stay in the reply before the question instead of starting the one after it.
-pub async fn sync(state: &AppState, session_id: &str) {
+///
+/// Returns what of that output the transcript does not have yet, for the question to write in
+/// its own transaction before itself (one commit for both, B3); whoever gets it must write it
+/// ([`super::write_replies`] when the question writes nothing).
+pub async fn sync(state: &AppState, session_id: &str) -> Vec<ReplyWrite> {
     state
         .hooks
         .run(crate::server::hooks::Point::AskSync, session_id)
         .await;
     let Some(h) = running(state, session_id) else {
-        return;
+        return Vec::new();
     };
-    let (reply, done) = tokio::sync::oneshot::channel();
-    if h.send(Command::Sync { reply }).is_ok()
-        && tokio::time::timeout(SYNC_WAIT, done).await.is_err()
-    {
-        // The question goes on without the order guarantee rather than waiting longer.
-        tracing::warn!(
-            session_id,
-            "the worker did not take the agent's earlier output within {SYNC_WAIT:?}"
-        );
+    let (reply, mut done) = tokio::sync::oneshot::channel();
+    if h.send(Command::Sync { reply }).is_err() {
+        return Vec::new();
+    }
+    match tokio::time::timeout(SYNC_WAIT, &mut done).await {
+        Ok(Ok(owed)) => owed,
+        // The worker stopped: it wrote what it had.
+        Ok(Err(_)) => Vec::new(),
+        Err(_) => {
+            // The question goes on without the order guarantee rather than waiting longer;
+            // once closed, the worker's reply fails and it writes the output itself. One sent
+            // just before the close is taken here, so none is lost.
+            done.close();
+            if let Ok(owed) = done.try_recv() {
+                return owed;
+            }
+            tracing::warn!(
+                session_id,
+                "the worker did not take the agent's earlier output within {SYNC_WAIT:?}"
+            );
+            Vec::new()
+        }
     }
 }
 

@@ -24,6 +24,7 @@ mod output;
 mod turns;
 
 pub use control::{deliver_owed, fence, handle, idle_mark, runs_here, stop, stop_all, sync};
+pub use output::{reply_event, write_replies};
 
 /// Prompts a session may queue behind its open turn.
 pub const MAX_QUEUED_PROMPTS: usize = 32;
@@ -112,7 +113,10 @@ impl Worker {
                     None => break,
                     Some(c) => {
                         self.handled.fetch_add(1, Ordering::SeqCst);
-                        self.flush_stream().await;
+                        // A question takes what is owed instead (`Command::Sync`).
+                        if !matches!(c, Command::Sync { .. }) {
+                            self.flush_stream().await;
+                        }
                         self.on_command(c).await;
                         self.count_owed_flush();
                         self.busy.fetch_sub(1, Ordering::SeqCst);
@@ -254,11 +258,15 @@ impl Worker {
                 }
             }
             Command::Sync { reply } => {
-                // What the agent sent before this point is taken and written first (`sync`):
-                // a reply's message exists before the question that follows it.
+                // What the agent sent before this point ends there and goes to the question,
+                // which writes it in its own transaction, before itself (`sync`): the reply's
+                // message precedes the question, and both cost one commit.
                 self.take_until_mark().await;
-                self.flush_stream().await;
-                reply_to(reply, ());
+                let owed = self.owed_replies();
+                if let Err(owed) = reply.send(owed) {
+                    // The question stopped waiting: written here, as any flush.
+                    write_replies(&self.state, owed).await;
+                }
             }
             Command::Fence => {
                 tracing::warn!(session_id = %self.session_id, "another server runs this session now; stopping its agent here");
@@ -297,7 +305,7 @@ fn reply_stopped(command: Command) {
             reply_to(reply, Err(stopped()));
         }
         Command::Sync { reply } => {
-            reply_to(reply, ());
+            reply_to(reply, Vec::new());
         }
         Command::DeliverOwed | Command::Cancel | Command::Release | Command::Fence => {}
     }

@@ -5,10 +5,69 @@ use super::Worker;
 use crate::model::{AppError, MessageAuthor, MessageKind};
 use crate::server::agents::{self, AgentEvent};
 use crate::server::orchestrator::publish;
-use crate::server::repo::{NewMessage, NewPermissionRequest};
+use crate::server::repo::{NewMessage, NewPermissionRequest, ReplyWrite};
+use crate::server::state::AppState;
 use tokio::time::Instant;
 
+/// Writes and publishes agent output a question did not write after all (it wrote nothing, or
+/// stopped waiting for it): each reply as the worker writes it.
+pub async fn write_replies(state: &AppState, replies: Vec<ReplyWrite>) {
+    for reply in replies {
+        // P9: reserved before the write whose statement reads the P1 the event carries.
+        let revision = state.next_pending_revision().await;
+        let now = state.clock.now();
+        let written = match &reply {
+            ReplyWrite::Create(m) => state.repo.insert_message(m, now).await.map(Some),
+            ReplyWrite::Content { id, content } => {
+                state.repo.update_message_content(id, content, now).await
+            }
+        };
+        match written {
+            Ok(Some(m)) => publish::message_written(state, reply_event(&reply), &m, revision),
+            Ok(None) => {} // the message was deleted meanwhile
+            Err(e) => tracing::error!(error = %e, "cannot record agent output"),
+        }
+    }
+}
+
+/// The event a written reply publishes.
+pub fn reply_event(reply: &ReplyWrite) -> publish::MessageEvent {
+    match reply {
+        ReplyWrite::Create(_) => publish::MessageEvent::Added,
+        ReplyWrite::Content { .. } => publish::MessageEvent::Updated,
+    }
+}
+
 impl Worker {
+    /// Ends the open replies here and hands over what they have unwritten, for a question
+    /// about to be written (`Command::Sync`). Output outside a turn is dropped, as `append`
+    /// drops it.
+    pub(super) fn owed_replies(&mut self) -> Vec<ReplyWrite> {
+        self.stream.break_here();
+        let flushes = self.stream.take();
+        let mut owed = Vec::with_capacity(flushes.len());
+        for flush in flushes {
+            match (flush.id, &self.open_turn) {
+                (Some(id), _) => owed.push(ReplyWrite::Content {
+                    id,
+                    content: flush.content,
+                }),
+                (None, Some(turn_id)) => owed.push(ReplyWrite::Create(NewMessage {
+                    session_id: self.session_id.clone(),
+                    turn_id: turn_id.clone(),
+                    author: MessageAuthor::Agent,
+                    kind: flush.kind,
+                    content: flush.content,
+                    pending_id: None,
+                })),
+                (None, None) => {
+                    tracing::warn!(session_id = %self.session_id, "agent output outside a turn dropped")
+                }
+            }
+        }
+        owed
+    }
+
     /// Writes and publishes what streamed replies have in memory: a reply's first write
     /// creates its message, later ones update it.
     pub(super) async fn flush_stream(&mut self) {
