@@ -57,6 +57,7 @@ fn runtime_config(addr: std::net::SocketAddr) -> RuntimeConfig {
         agent_start_timeout: Duration::from_secs(30),
         max_agents: 16,
         max_websocket_clients: turnstile::server::runtime::MAX_WEBSOCKET_CLIENTS,
+        sync_wait: turnstile::server::runtime::SYNC_WAIT,
         in_process_mock: None,
     }
 }

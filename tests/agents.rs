@@ -23,6 +23,7 @@ both_http!(
     l7_a_live_answer_moves_the_session_back_to_running_once,
     remembered_questions_never_decide_whether_a_question_is_answerable,
     l8_a_question_that_takes_over_an_identical_one_still_writes_the_reply_before_it,
+    a_reply_the_question_stopped_waiting_for_is_written_by_the_worker,
 );
 
 async fn session_state(api: &Api, task: &str, session: &str) -> Value {
@@ -1192,5 +1193,52 @@ async fn l8_a_question_that_takes_over_an_identical_one_still_writes_the_reply_b
     );
     assert_eq!(agent[1].1, timed_out, "{agent:?}");
     assert!(agent[2].1.starts_with("You answered:"), "{agent:?}");
+    server.stop().await;
+}
+
+/// Decision 0038: the worker hands the agent's earlier output to the question. When the
+/// question stopped waiting for it (`sync_wait`, shortened here), the hand-over fails and the
+/// worker writes the output itself: nothing is lost, only the order guarantee (decision 0033).
+/// Forced: the worker is held once it has asked for the mark until the question, which gave up
+/// waiting, has written its bundle.
+async fn a_reply_the_question_stopped_waiting_for_is_written_by_the_worker(url: String) {
+    use turnstile::server::hooks::Point;
+    let server = TestServer::start_with(&url, |rt| {
+        rt.sync_wait = std::time::Duration::from_millis(100)
+    })
+    .await;
+    let api = Api::new(&server.base);
+    hold_nth_until(&server, Point::AwaitMark, 1, Point::AskWritten);
+    let (_task, session) = api.start_task("/e2e:clarification").await;
+    let reply = "I need one decision before I start.";
+    let messages = api
+        .wait_for(
+            &format!("/api/v1/sessions/{session}/messages"),
+            "the reply, written by the worker",
+            |m| {
+                m["messages"]
+                    .as_array()
+                    .is_some_and(|ms| ms.iter().any(|m| m["content"] == reply))
+            },
+        )
+        .await;
+    server.state.hooks.clear(Point::AwaitMark);
+    server.state.hooks.clear(Point::AskWritten);
+    let kinds: Vec<(&str, &str)> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["author"] == "agent")
+        .map(|m| (m["kind"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|(_, c)| *c == reply).count(),
+        1,
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.iter().any(|(k, _)| *k == "clarification_request"),
+        "{kinds:?}"
+    );
     server.stop().await;
 }

@@ -116,6 +116,7 @@ impl Config {
             agent_start_timeout: std::time::Duration::from_secs(self.agent_start_timeout.max(1)),
             max_agents: self.max_agents.max(1),
             max_websocket_clients: crate::server::runtime::MAX_WEBSOCKET_CLIENTS,
+            sync_wait: crate::server::runtime::SYNC_WAIT,
             in_process_mock: self
                 .mock_in_process
                 .then(crate::mock_agent::InProcess::unrecorded),

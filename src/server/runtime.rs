@@ -36,10 +36,17 @@ pub struct RuntimeConfig {
     /// WebSocket connections served at once (`/ws`); one more is refused with 503
     /// ([`MAX_WEBSOCKET_CLIENTS`] unless a test sets fewer).
     pub max_websocket_clients: usize,
+    /// How long a question waits for the session worker to take the agent's earlier output
+    /// (`worker::sync`, decision 0033; [`SYNC_WAIT`] unless a test sets less).
+    pub sync_wait: Duration,
     /// The `mock` profile runs the mock agent inside this process (tests, recording prompts;
     /// `--mock-in-process`, recording nothing).
     pub in_process_mock: Option<crate::mock_agent::InProcess>,
 }
+
+/// How long a question waits for the agent's earlier output by default (decision 0033): an
+/// agent that withholds it delays only its own question, by at most this.
+pub const SYNC_WAIT: Duration = Duration::from_secs(1);
 
 /// The default bound on WebSocket connections served at once.
 pub const MAX_WEBSOCKET_CLIENTS: usize = 1024;

@@ -213,6 +213,7 @@ impl TestServer {
             agent_start_timeout: std::time::Duration::from_secs(30),
             max_agents: 16,
             max_websocket_clients: turnstile::server::runtime::MAX_WEBSOCKET_CLIENTS,
+            sync_wait: turnstile::server::runtime::SYNC_WAIT,
             in_process_mock: None,
         };
         tune(&mut runtime);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use tokio::sync::mpsc;
 
-use super::{COMMAND_BUFFER, SYNC_WAIT, Worker};
+use super::{COMMAND_BUFFER, Worker};
 use crate::server::mailbox::{Command, IdleMark, SessionHandle};
 use crate::server::orchestrator::stream::StreamMerge;
 use crate::server::repo::ReplyWrite;
@@ -58,7 +58,7 @@ pub fn stop_all(state: &AppState) {
     }
 }
 
-/// Waits (up to [`SYNC_WAIT`]) until the session's worker has taken everything the agent sent
+/// Waits (up to the runtime's `sync_wait`, one second) until the session's worker has taken everything the agent sent
 /// before now. The agent's `ask_user_question` comes over MCP while its reply's last chunks
 /// may still be in its stdout pipe, the ACP connection or the worker's queue: taken first,
 /// they stay in the reply before the question instead of starting the one after it.
@@ -78,7 +78,8 @@ pub async fn sync(state: &AppState, session_id: &str) -> Vec<ReplyWrite> {
     if h.send(Command::Sync { reply }).is_err() {
         return Vec::new();
     }
-    match tokio::time::timeout(SYNC_WAIT, &mut done).await {
+    let wait = state.runtime.config.sync_wait;
+    match tokio::time::timeout(wait, &mut done).await {
         Ok(Ok(owed)) => owed,
         // The worker stopped: it wrote what it had.
         Ok(Err(_)) => Vec::new(),
@@ -92,7 +93,7 @@ pub async fn sync(state: &AppState, session_id: &str) -> Vec<ReplyWrite> {
             }
             tracing::warn!(
                 session_id,
-                "the worker did not take the agent's earlier output within {SYNC_WAIT:?}"
+                "the worker did not take the agent's earlier output within {wait:?}"
             );
             Vec::new()
         }

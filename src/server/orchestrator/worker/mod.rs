@@ -30,8 +30,6 @@ pub use output::{reply_event, write_replies};
 pub const MAX_QUEUED_PROMPTS: usize = 32;
 /// Commands a worker may have waiting.
 const COMMAND_BUFFER: usize = 64;
-/// The longest a new question waits for the agent's earlier output (`sync`).
-const SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why the worker could not do something.
 #[derive(Debug, thiserror::Error)]
@@ -161,10 +159,10 @@ impl Worker {
     /// Takes every event the agent sent before now: up to a mark put into its output stream
     /// after what it has written (`agents/relay.rs`), so also what was still in the pipe or
     /// the ACP connection; without a running agent, what the channel holds. Bounded by
-    /// [`SYNC_WAIT`].
+    /// the runtime's `sync_wait`.
     async fn take_until_mark(&mut self) {
         let mark = self.agent.as_ref().and_then(|a| a.connection.mark());
-        let deadline = Instant::now() + SYNC_WAIT;
+        let deadline = Instant::now() + self.state.runtime.config.sync_wait;
         if mark.is_some() {
             self.state
                 .hooks
