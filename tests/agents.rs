@@ -37,6 +37,20 @@ async fn session_state(api: &Api, task: &str, session: &str) -> Value {
         .unwrap()
 }
 
+/// The agent's messages as `(kind, content)`, in transcript order.
+fn agent_rows(messages: &[Value]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .filter(|m| m["author"] == "agent")
+        .map(|m| {
+            (
+                m["kind"].as_str().unwrap().to_string(),
+                m["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
 fn texts(messages: &[Value]) -> Vec<(String, String)> {
     messages
         .iter()
@@ -958,18 +972,7 @@ async fn reply_question_answer(api: &Api) -> String {
 
 /// The agent's messages: the whole reply, the question, then what it says after the answer.
 async fn assert_reply_then_question_then_answer(api: &Api, session: &str) {
-    let agent: Vec<(String, String)> = api
-        .messages(session)
-        .await
-        .iter()
-        .filter(|m| m["author"] == "agent")
-        .map(|m| {
-            (
-                m["kind"].as_str().unwrap().to_string(),
-                m["content"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let agent = agent_rows(&api.messages(session).await);
     let kinds: Vec<&str> = agent.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         kinds,
@@ -1173,18 +1176,7 @@ async fn l8_a_question_that_takes_over_an_identical_one_still_writes_the_reply_b
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["claimed"], true, "{body}");
     api.wait_turns_done(&session, 1).await;
-    let agent: Vec<(String, String)> = api
-        .messages(&session)
-        .await
-        .iter()
-        .filter(|m| m["author"] == "agent")
-        .map(|m| {
-            (
-                m["kind"].as_str().unwrap().to_string(),
-                m["content"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let agent = agent_rows(&api.messages(&session).await);
     let kinds: Vec<&str> = agent.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         kinds,
@@ -1224,21 +1216,15 @@ async fn a_reply_the_question_stopped_waiting_for_is_written_by_the_worker(url: 
         .await;
     server.state.hooks.clear(Point::AwaitMark);
     server.state.hooks.clear(Point::AskWritten);
-    let kinds: Vec<(&str, &str)> = messages["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["author"] == "agent")
-        .map(|m| (m["kind"].as_str().unwrap(), m["content"].as_str().unwrap()))
-        .collect();
+    let agent = agent_rows(messages["messages"].as_array().unwrap());
     assert_eq!(
-        kinds.iter().filter(|(_, c)| *c == reply).count(),
+        agent.iter().filter(|(_, c)| c == reply).count(),
         1,
-        "{kinds:?}"
+        "{agent:?}"
     );
     assert!(
-        kinds.iter().any(|(k, _)| *k == "clarification_request"),
-        "{kinds:?}"
+        agent.iter().any(|(k, _)| k == "clarification_request"),
+        "{agent:?}"
     );
     server.stop().await;
 }
