@@ -38,7 +38,7 @@ log "B3, B4, B6: round trips, fan-out and memory of the release server process"
 cargo bench --bench server -- "${quick[@]}" --json "$out/server.json"
 
 log "B7: the browser bundle (release build as shipped: split, wasm-opt -Oz, gzip -9)"
-"$ROOT/scripts/build.sh" --release >&2
+"$ROOT/scripts/build.sh" --release --bundle-only >&2
 # The shell module, and for each page what its first load fetches: the shell, the page's chunk
 # and the shared chunks the split loader lists for it (decision 0013).
 python3 - "$SITE_ROOT/pkg" "$APP_NAME" >"$out/B7.json" <<'PY'

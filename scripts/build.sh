@@ -5,16 +5,27 @@
 #   2. wasm-bindgen into target/site/pkg
 #   3. CSS and public/ into target/site
 #   4. the server binaries (ssr) into target/debug (or target/release with --release)
+#
+#   scripts/build.sh [--release] [--bundle-only]
+# --bundle-only stops after step 3 (the benchmark's B7 measures the bundle alone, and the
+# server's release build beside `cargo bench`'s would recompile the crate every run).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 profile=debug
 cargo_profile=()
 wasm_profile=()
-if [ "${1:-}" = "--release" ]; then
-  profile=release
-  cargo_profile=(--release)
-  wasm_profile=(--profile wasm-release)
-fi
+bundle_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --release)
+      profile=release
+      cargo_profile=(--release)
+      wasm_profile=(--profile wasm-release)
+      ;;
+    --bundle-only) bundle_only=1 ;;
+    *) die "unknown option $arg" ;;
+  esac
+done
 wasm_dir=$([ "$profile" = release ] && echo wasm-release || echo debug)
 
 cd "$ROOT"
@@ -41,6 +52,8 @@ if [ "$profile" = release ] && [ -x end2end/node_modules/.bin/wasm-opt ]; then
 fi
 cp style/main.css "$SITE_ROOT/pkg/$APP_NAME.css"
 cp -r public/. "$SITE_ROOT/"
+
+[ "$bundle_only" = 1 ] && exit 0
 
 log "building the server ($profile)"
 cargo build --bins "${cargo_profile[@]}"

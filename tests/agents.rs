@@ -24,6 +24,7 @@ both_http!(
     remembered_questions_never_decide_whether_a_question_is_answerable,
     l8_a_question_that_takes_over_an_identical_one_still_writes_the_reply_before_it,
     a_reply_the_question_stopped_waiting_for_is_written_by_the_worker,
+    a_reply_handed_over_as_the_question_gives_up_waiting_is_written_before_it,
 );
 
 async fn session_state(api: &Api, task: &str, session: &str) -> Value {
@@ -1146,27 +1147,59 @@ async fn asked(
 /// transcript: here the agent's question times out (detached, still active), the agent says
 /// so and asks the identical question again, which takes the first one over (L8) and writes
 /// no row of its own.
+///
+/// Forced: the second call is held before it takes the reply until the first, abandoned by the
+/// agent, has detached its question. Unheld, the second call could take the wait over while
+/// the first still held it (the first then ends without detaching), and the test, waiting for
+/// `detached`, failed about once in twenty runs. The mock agent writes its reply before it asks
+/// (decision 0033, amendment): before that, 5 of 80 runs split the reply or ran it on into the
+/// text after the answer.
 async fn l8_a_question_that_takes_over_an_identical_one_still_writes_the_reply_before_it(
     url: String,
 ) {
+    use turnstile::server::hooks::Point;
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
+    let asks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let state = server.state.clone();
+    server.state.hooks.set(Point::AskSync, move |session_id| {
+        let second = asks.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1;
+        let state = state.clone();
+        async move {
+            // The first call's question detached (the test's own waits time out otherwise).
+            if !second {
+                return;
+            }
+            loop {
+                let active = state.repo.active_bundles(&session_id).await.unwrap();
+                if !active.is_empty() && active.iter().all(|b| b.record.detached) {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    });
     let again = SHORT_TIMEOUT.replacen("e2e:ask-timeout(300, ", "e2e:ask(", 1);
     let (_task, session) = api.start_task(&format!("{SHORT_TIMEOUT}\n{again}")).await;
     let pending = api.pending_id(&session).await;
+    let timed_out = "Question timed out, continuing without answer.";
+    // The reply is in the transcript once the second call has taken it; that call then
+    // waits on the same question (L8), whose first waiter left when it detached.
     api.wait_for(
-        &format!("/api/v1/clarifications/{pending}"),
-        "the first call timed out",
-        |b| b["detached"] == true,
+        &format!("/api/v1/sessions/{session}/messages"),
+        "the reply before the second call",
+        |m| {
+            m["messages"]
+                .as_array()
+                .is_some_and(|ms| ms.iter().any(|m| m["content"] == timed_out))
+        },
     )
     .await;
-    // Its waiter went with the first call: this is the second call waiting on the same
-    // question (one bundle, L8).
     support::until("the second call waiting", async || {
         server.state.runtime.waiters.contains(&pending)
     })
     .await;
-    let timed_out = "Question timed out, continuing without answer.";
+    server.state.hooks.clear(Point::AskSync);
     let (status, body) = api
         .respond(
             &pending,
@@ -1224,6 +1257,72 @@ async fn a_reply_the_question_stopped_waiting_for_is_written_by_the_worker(url: 
     );
     assert!(
         agent.iter().any(|(k, _)| k == "clarification_request"),
+        "{agent:?}"
+    );
+    server.stop().await;
+}
+
+/// Decision 0038, the other side of the race above: the worker hands the output over after the
+/// question's wait timed out but before the question stopped accepting it. The question takes
+/// it (`worker::sync` reads the closed channel once more) and writes it before itself, once;
+/// without that read the output would be dropped with the channel. Forced: the worker is held
+/// at the mark until the question's wait has timed out, and the question is held there until
+/// the worker has handed the output over.
+async fn a_reply_handed_over_as_the_question_gives_up_waiting_is_written_before_it(url: String) {
+    use std::sync::Arc;
+    use tokio::sync::Semaphore;
+    use turnstile::server::hooks::Point;
+    let server = TestServer::start_with(&url, |rt| {
+        rt.sync_wait = std::time::Duration::from_millis(100)
+    })
+    .await;
+    let api = Api::new(&server.base);
+    let (worker, question) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let held = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let w = worker.clone();
+    server.state.hooks.set(Point::AwaitMark, move |_| {
+        let first = !held.swap(true, std::sync::atomic::Ordering::SeqCst);
+        let w = w.clone();
+        async move {
+            if first {
+                w.acquire().await.expect("gate").forget();
+            }
+        }
+    });
+    let q = question.clone();
+    server.state.hooks.set(Point::SyncGaveUp, move |_| {
+        worker.add_permits(1);
+        let q = q.clone();
+        async move { q.acquire().await.expect("gate").forget() }
+    });
+    server.state.hooks.set(Point::SyncReplied, move |_| {
+        question.add_permits(1);
+        async {}
+    });
+    let (_task, session) = api.start_task("/e2e:clarification").await;
+    let messages = api
+        .wait_for(
+            &format!("/api/v1/sessions/{session}/messages"),
+            "the question",
+            |m| {
+                m["messages"]
+                    .as_array()
+                    .is_some_and(|ms| ms.iter().any(|m| m["kind"] == "clarification_request"))
+            },
+        )
+        .await;
+    for point in [Point::AwaitMark, Point::SyncGaveUp, Point::SyncReplied] {
+        server.state.hooks.clear(point);
+    }
+    let agent = agent_rows(messages["messages"].as_array().unwrap());
+    let kinds: Vec<&str> = agent.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["text", "clarification_request"],
+        "the reply once, before the question: {agent:?}"
+    );
+    assert_eq!(
+        agent[0].1, "I need one decision before I start.",
         "{agent:?}"
     );
     server.stop().await;

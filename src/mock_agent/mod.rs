@@ -6,6 +6,7 @@
 //! process.
 
 pub mod script;
+mod written;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -85,9 +86,18 @@ struct MockState {
     unanswered: Mutex<Vec<v1::Responder<PromptResponse>>>,
     /// Wakes a running `e2e:delay` when a cancel arrives (ACP: stop as soon as possible).
     cancel_signal: tokio::sync::Notify,
+    /// Its `session/update` notifications sent and written (a tool call waits for them).
+    written: Arc<written::Written>,
 }
 
 impl MockState {
+    /// Sends a `session/update`, counted until the writer has it on the wire.
+    fn update(&self, conn: &v1::ConnectionTo<Client>, n: SessionNotification) {
+        if conn.send_notification(n).is_ok() {
+            self.written.sent();
+        }
+    }
+
     /// A crash: the process exits with `code`; in process, the connection ends.
     fn exit_now(&self, code: i32) {
         if self.in_process.is_some() {
@@ -170,10 +180,13 @@ async fn run_prompt(
         // Two chunks per reply: the client must coalesce them into one message.
         let (a, b) = halves(&s);
         for part in [a, b].into_iter().filter(|p| !p.is_empty()) {
-            let _ = conn.send_notification(SessionNotification::new(
-                sid.clone(),
-                SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::from(part))),
-            ));
+            st.update(
+                &conn,
+                SessionNotification::new(
+                    sid.clone(),
+                    SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::from(part))),
+                ),
+            );
         }
     };
     let steps = match script::parse(&text) {
@@ -214,12 +227,15 @@ async fn run_prompt(
             }
             Step::Stream { count, text } => {
                 for _ in 0..count {
-                    let _ = conn.send_notification(SessionNotification::new(
-                        sid.clone(),
-                        SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::from(
-                            text.clone(),
-                        ))),
-                    ));
+                    st.update(
+                        &conn,
+                        SessionNotification::new(
+                            sid.clone(),
+                            SessionUpdate::AgentMessageChunk(ContentChunk::new(
+                                ContentBlock::from(text.clone()),
+                            )),
+                        ),
+                    );
                 }
             }
             Step::Exit(code) => {
@@ -239,6 +255,8 @@ async fn run_prompt(
                         continue;
                     }
                 };
+                // What the agent said before is on the wire before the question leaves.
+                st.written.flushed().await;
                 let args = rmcp::model::object(input);
                 let call = client.call_tool(
                     CallToolRequestParams::new("ask_user_question").with_arguments(args),
@@ -275,14 +293,17 @@ async fn run_prompt(
                 }
             }
             Step::Permission => {
-                let _ = conn.send_notification(SessionNotification::new(
-                    sid.clone(),
-                    SessionUpdate::ToolCall(
-                        ToolCall::new("call-1", "Run the test suite")
-                            .kind(ToolKind::Execute)
-                            .status(ToolCallStatus::Pending),
+                st.update(
+                    &conn,
+                    SessionNotification::new(
+                        sid.clone(),
+                        SessionUpdate::ToolCall(
+                            ToolCall::new("call-1", "Run the test suite")
+                                .kind(ToolKind::Execute)
+                                .status(ToolCallStatus::Pending),
+                        ),
                     ),
-                ));
+                );
                 let answer = conn
                     .send_request(RequestPermissionRequest::new(
                         sid.clone(),
@@ -335,6 +356,7 @@ where
         ..MockState::default()
     });
     let exit = st.exit.clone();
+    let written = st.written.clone();
     let on_new = st.clone();
     let on_load = st.clone();
     let on_prompt = st.clone();
@@ -434,7 +456,7 @@ where
             agent_client_protocol::on_receive_notification!(),
         )
         .connect_with(
-            ByteStreams::new(outgoing, incoming),
+            ByteStreams::new(written::CountingWriter::new(outgoing, written), incoming),
             async move |cx: v1::ConnectionTo<Client>| {
                 tokio::select! {
                     _ = cx.incoming_closed() => {}

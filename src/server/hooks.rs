@@ -52,6 +52,12 @@ pub enum Point {
     /// A new question arrived and waits for the worker to take what the agent sent before it
     /// (`worker::sync`); the key is the session id.
     AskSync,
+    /// The question's wait for the worker (`worker::sync`) timed out, before it stops
+    /// accepting the worker's reply; the key is the session id.
+    SyncGaveUp,
+    /// The session worker handed the agent's earlier output to the question waiting for it
+    /// (`Command::Sync`); the key is the session id.
+    SyncReplied,
     /// This server could not record its heartbeat and has decided whether to stop its agents
     /// (issue 13, `lease`); the key is `past-fence` once the fence time has passed, else
     /// `before-fence`.
@@ -83,6 +89,8 @@ impl Point {
             Point::AgentUpdate => "agent-update",
             Point::AwaitMark => "await-mark",
             Point::AskSync => "ask-sync",
+            Point::SyncGaveUp => "sync-gave-up",
+            Point::SyncReplied => "sync-replied",
             Point::HeartbeatFailed => "heartbeat-failed",
             Point::ReconcileReads => "reconcile-reads",
             Point::AskWritten => "ask-written",

@@ -84,6 +84,10 @@ pub async fn sync(state: &AppState, session_id: &str) -> Vec<ReplyWrite> {
         // The worker stopped: it wrote what it had.
         Ok(Err(_)) => Vec::new(),
         Err(_) => {
+            state
+                .hooks
+                .run(crate::server::hooks::Point::SyncGaveUp, session_id)
+                .await;
             // The question goes on without the order guarantee rather than waiting longer;
             // once closed, the worker's reply fails and it writes the output itself. One sent
             // just before the close is taken here, so none is lost.

@@ -261,9 +261,15 @@ impl Worker {
                 // message precedes the question, and both cost one commit.
                 self.take_until_mark().await;
                 let owed = self.owed_replies();
-                if let Err(owed) = reply.send(owed) {
+                match reply.send(owed) {
+                    Ok(()) => {
+                        self.state
+                            .hooks
+                            .run(crate::server::hooks::Point::SyncReplied, &self.session_id)
+                            .await
+                    }
                     // The question stopped waiting: written here, as any flush.
-                    write_replies(&self.state, owed).await;
+                    Err(owed) => write_replies(&self.state, owed).await,
                 }
             }
             Command::Fence => {
