@@ -791,12 +791,16 @@ async fn main() {
     let rounds = if args.quick { 10 } else { 40 };
     let (one_rate, one_rt, _) = round_trips(&server, Sessions::New(1), rounds).await;
     let (rate, rt, sessions) = round_trips(&server, Sessions::New(50), rounds).await;
-    // B6 "flat": memory after many more round trips of the same sessions against memory
-    // after B3's.
+    // B6 "flat": memory after B3's round trips, after many more of the same sessions, and
+    // after as many again. The first batch still warms up (the allocator's pages, caches, each
+    // session's statements: +4% to +13% in quick runs, within +8% over the full run's 10,000);
+    // a leak grows in the second batch as in the first, so the second decides.
     let warm_rss = server.rss_kb();
     let more_rounds = if args.quick { 20 } else { 200 };
-    let _ = round_trips(&server, Sessions::Again(sessions), more_rounds).await;
+    let _ = round_trips(&server, Sessions::Again(sessions.clone()), more_rounds).await;
     let after_rss = server.rss_kb();
+    let _ = round_trips(&server, Sessions::Again(sessions), more_rounds).await;
+    let again_rss = server.rss_kb();
     let processes = asks_in_one_turn(&server, 50, asks, Answers::AtOnce).await;
     let (proc_rate, proc_rt) = (processes.rate, &processes.times);
     drop(server);
@@ -842,11 +846,18 @@ async fn main() {
         mb(idle_rss)
     );
     println!(
-        "| B6 | RSS after {} more round trips of B3's 50 sessions | {:.1} MB | after B3's {} {:.1} MB | flat (≤ +10%) |",
+        "| B6 | RSS after {} more round trips of B3's 50 sessions | {:.1} MB | after B3's {} {:.1} MB | (report: warm-up) |",
         50 * more_rounds,
         mb(after_rss),
         50 * rounds + rounds,
         mb(warm_rss)
+    );
+    println!(
+        "| B6 | RSS after {} more of them | {:.1} MB | after the first {}: {:.1} MB | flat (≤ +10%) |",
+        50 * more_rounds,
+        mb(again_rss),
+        50 * more_rounds,
+        mb(after_rss)
     );
     let mut results = json!({
         "B4": { "sqlite": {
@@ -859,8 +870,9 @@ async fn main() {
             "tasks": tasks, "idle_mb": mb(idle_rss), "empty_mb": mb(empty_rss), "under_b4_mb": mb(b4_rss),
             "after_b3_mb": mb(warm_rss), "round_trips_after_b3": 50 * more_rounds,
             "after_more_round_trips_mb": mb(after_rss),
+            "after_twice_as_many_mb": mb(again_rss),
             "pass": mb(idle_rss) < 60.0 && mb(b4_rss) < 150.0
-                && mb(after_rss) <= mb(warm_rss) * 1.1,
+                && mb(again_rss) <= mb(after_rss) * 1.1,
         }},
     });
     b3_results(&mut results, &b3, asks);
