@@ -67,19 +67,11 @@ fn texts(messages: &[Value]) -> Vec<(String, String)> {
 /// The first pending bundle of the session, once it exists.
 async fn wait_bundle(api: &Api, session: &str) -> Value {
     let msgs = api
-        .wait_for(
-            &format!("/api/v1/sessions/{session}/messages"),
-            "a clarification message",
-            |v| {
-                v["messages"]
-                    .as_array()
-                    .is_some_and(|m| m.iter().any(|m| m["kind"] == "clarification_request"))
-            },
-        )
+        .wait_for_message(session, "a clarification message", |m| {
+            m["kind"] == "clarification_request"
+        })
         .await;
-    let pending_id = msgs["messages"]
-        .as_array()
-        .unwrap()
+    let pending_id = msgs
         .iter()
         .rev()
         .find(|m| m["kind"] == "clarification_request")
@@ -359,19 +351,11 @@ async fn scenario_permission(url: String) {
     let api = Api::new(&server.base);
     let (task, session) = api.start_task("/e2e:permission").await;
     let msgs = api
-        .wait_for(
-            &format!("/api/v1/sessions/{session}/messages"),
-            "a permission request",
-            |v| {
-                v["messages"]
-                    .as_array()
-                    .is_some_and(|m| m.iter().any(|m| m["kind"] == "permission_request"))
-            },
-        )
+        .wait_for_message(&session, "a permission request", |m| {
+            m["kind"] == "permission_request"
+        })
         .await;
-    let request = msgs["messages"]
-        .as_array()
-        .unwrap()
+    let request = msgs
         .iter()
         .find(|m| m["kind"] == "permission_request")
         .unwrap()
@@ -1185,15 +1169,9 @@ async fn l8_a_question_that_takes_over_an_identical_one_still_writes_the_reply_b
     let timed_out = "Question timed out, continuing without answer.";
     // The reply is in the transcript once the second call has taken it; that call then
     // waits on the same question (L8), whose first waiter left when it detached.
-    api.wait_for(
-        &format!("/api/v1/sessions/{session}/messages"),
-        "the reply before the second call",
-        |m| {
-            m["messages"]
-                .as_array()
-                .is_some_and(|ms| ms.iter().any(|m| m["content"] == timed_out))
-        },
-    )
+    api.wait_for_message(&session, "the reply before the second call", |m| {
+        m["content"] == timed_out
+    })
     .await;
     support::until("the second call waiting", async || {
         server.state.runtime.waiters.contains(&pending)
@@ -1237,19 +1215,13 @@ async fn a_reply_the_question_stopped_waiting_for_is_written_by_the_worker(url: 
     let (_task, session) = api.start_task("/e2e:clarification").await;
     let reply = "I need one decision before I start.";
     let messages = api
-        .wait_for(
-            &format!("/api/v1/sessions/{session}/messages"),
-            "the reply, written by the worker",
-            |m| {
-                m["messages"]
-                    .as_array()
-                    .is_some_and(|ms| ms.iter().any(|m| m["content"] == reply))
-            },
-        )
+        .wait_for_message(&session, "the reply, written by the worker", |m| {
+            m["content"] == reply
+        })
         .await;
     server.state.hooks.clear(Point::AwaitMark);
     server.state.hooks.clear(Point::AskWritten);
-    let agent = agent_rows(messages["messages"].as_array().unwrap());
+    let agent = agent_rows(&messages);
     assert_eq!(
         agent.iter().filter(|(_, c)| c == reply).count(),
         1,
@@ -1301,20 +1273,14 @@ async fn a_reply_handed_over_as_the_question_gives_up_waiting_is_written_before_
     });
     let (_task, session) = api.start_task("/e2e:clarification").await;
     let messages = api
-        .wait_for(
-            &format!("/api/v1/sessions/{session}/messages"),
-            "the question",
-            |m| {
-                m["messages"]
-                    .as_array()
-                    .is_some_and(|ms| ms.iter().any(|m| m["kind"] == "clarification_request"))
-            },
-        )
+        .wait_for_message(&session, "the question", |m| {
+            m["kind"] == "clarification_request"
+        })
         .await;
     for point in [Point::AwaitMark, Point::SyncGaveUp, Point::SyncReplied] {
         server.state.hooks.clear(point);
     }
-    let agent = agent_rows(messages["messages"].as_array().unwrap());
+    let agent = agent_rows(&messages);
     let kinds: Vec<&str> = agent.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         kinds,

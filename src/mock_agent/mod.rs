@@ -5,31 +5,27 @@
 //! in process over a pipe ([`InProcess`]), where "exiting" ends the connection instead of the
 //! process.
 
+mod prompt;
 pub mod script;
 mod written;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use agent_client_protocol::v1::{
     self,
     schema::{
-        AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Implementation,
-        InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
-        McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse, PermissionOption,
-        PermissionOptionKind, PromptRequest, PromptResponse, RequestPermissionOutcome,
-        RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason,
-        ToolCall, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+        AgentCapabilities, CancelNotification, ContentBlock, Implementation, InitializeRequest,
+        InitializeResponse, LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer,
+        NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse, SessionId,
+        SessionNotification, SessionUpdate,
     },
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
-use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
-use script::Step;
 use tokio_util::sync::CancellationToken;
 
 type McpClient = Arc<RunningService<RoleClient, ()>>;
@@ -92,8 +88,11 @@ struct MockState {
 
 impl MockState {
     /// Sends a `session/update`, counted until the writer has it on the wire.
-    fn update(&self, conn: &v1::ConnectionTo<Client>, n: SessionNotification) {
-        if conn.send_notification(n).is_ok() {
+    fn update(&self, conn: &v1::ConnectionTo<Client>, sid: &SessionId, update: SessionUpdate) {
+        if conn
+            .send_notification(SessionNotification::new(sid.clone(), update))
+            .is_ok()
+        {
             self.written.sent();
         }
     }
@@ -158,186 +157,6 @@ impl MockState {
 fn http_client() -> reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     CLIENT.get_or_init(reqwest::Client::new).clone()
-}
-
-fn halves(s: &str) -> (String, String) {
-    let mid = s
-        .char_indices()
-        .nth(s.chars().count() / 2)
-        .map(|(i, _)| i)
-        .unwrap_or(s.len());
-    (s[..mid].to_string(), s[mid..].to_string())
-}
-
-/// Runs one prompt's steps; returns the stop reason.
-async fn run_prompt(
-    st: Arc<MockState>,
-    conn: v1::ConnectionTo<Client>,
-    sid: SessionId,
-    text: String,
-) -> StopReason {
-    let say = |s: String| {
-        // Two chunks per reply: the client must coalesce them into one message.
-        let (a, b) = halves(&s);
-        for part in [a, b].into_iter().filter(|p| !p.is_empty()) {
-            st.update(
-                &conn,
-                SessionNotification::new(
-                    sid.clone(),
-                    SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::from(part))),
-                ),
-            );
-        }
-    };
-    let steps = match script::parse(&text) {
-        Ok(steps) => steps,
-        Err(e) => {
-            say(format!("Script error: {e}"));
-            return StopReason::EndTurn;
-        }
-    };
-    let key = sid.0.to_string();
-    for step in steps {
-        if st.cancelled.lock().unwrap().remove(&key) {
-            return StopReason::Cancelled;
-        }
-        match step {
-            Step::Say(s)
-                if s.starts_with("Thanks, continuing")
-                    && std::env::var_os("MOCK_AGENT_EXIT_ON_RESUME").is_some() =>
-            {
-                // A test knob: crash right after accepting a resume prompt (L18 after acceptance).
-                st.exit_now(4);
-                return StopReason::EndTurn;
-            }
-            Step::Say(s) => say(s),
-            Step::Delay(ms) => {
-                let sleep = tokio::time::sleep(Duration::from_millis(ms));
-                tokio::pin!(sleep);
-                loop {
-                    tokio::select! {
-                        _ = &mut sleep => break,
-                        _ = st.cancel_signal.notified() => {
-                            if st.cancelled.lock().unwrap().remove(&key) {
-                                return StopReason::Cancelled;
-                            }
-                        }
-                    }
-                }
-            }
-            Step::Stream { count, text } => {
-                for _ in 0..count {
-                    st.update(
-                        &conn,
-                        SessionNotification::new(
-                            sid.clone(),
-                            SessionUpdate::AgentMessageChunk(ContentChunk::new(
-                                ContentBlock::from(text.clone()),
-                            )),
-                        ),
-                    );
-                }
-            }
-            Step::Exit(code) => {
-                st.exit_now(code);
-                return StopReason::EndTurn;
-            }
-            Step::Ask {
-                input,
-                timeout_ms,
-                reply_with_answer,
-                end_turn_on_timeout,
-            } => {
-                let client = match st.client(&key).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        say(format!("The question failed: {e}"));
-                        continue;
-                    }
-                };
-                // What the agent said before is on the wire before the question leaves.
-                st.written.flushed().await;
-                let args = rmcp::model::object(input);
-                let call = client.call_tool(
-                    CallToolRequestParams::new("ask_user_question").with_arguments(args),
-                );
-                let result = match timeout_ms {
-                    Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), call).await {
-                        Ok(r) => r,
-                        Err(_) => {
-                            say("Question timed out, continuing without answer.".into());
-                            if end_turn_on_timeout {
-                                return StopReason::EndTurn;
-                            }
-                            continue;
-                        }
-                    },
-                    None => call.await,
-                };
-                match result {
-                    Ok(r) if r.is_error.unwrap_or(false) => {
-                        let text: Vec<String> = r
-                            .content
-                            .iter()
-                            .filter_map(|c| c.as_text())
-                            .map(|t| t.text.clone())
-                            .collect();
-                        say(format!("The question failed: {}", text.join(" ")));
-                    }
-                    Ok(r) if reply_with_answer => {
-                        let answer = r.structured_content.clone().unwrap_or_default();
-                        say(format!("You answered: {answer}"));
-                    }
-                    Ok(_) => {}
-                    Err(e) => say(format!("The question failed: {e}")),
-                }
-            }
-            Step::Permission => {
-                st.update(
-                    &conn,
-                    SessionNotification::new(
-                        sid.clone(),
-                        SessionUpdate::ToolCall(
-                            ToolCall::new("call-1", "Run the test suite")
-                                .kind(ToolKind::Execute)
-                                .status(ToolCallStatus::Pending),
-                        ),
-                    ),
-                );
-                let answer = conn
-                    .send_request(RequestPermissionRequest::new(
-                        sid.clone(),
-                        ToolCallUpdate::new(
-                            "call-1",
-                            ToolCallUpdateFields::new().title("Run the test suite"),
-                        ),
-                        vec![
-                            PermissionOption::new(
-                                "allow",
-                                "Allow",
-                                PermissionOptionKind::AllowOnce,
-                            ),
-                            PermissionOption::new(
-                                "reject",
-                                "Reject",
-                                PermissionOptionKind::RejectOnce,
-                            ),
-                        ],
-                    ))
-                    .block_task()
-                    .await;
-                let verdict = match answer.map(|r| r.outcome) {
-                    Ok(RequestPermissionOutcome::Selected(sel)) => {
-                        format!("selected {}", sel.option_id.0)
-                    }
-                    Ok(_) => "cancelled".to_string(),
-                    Err(e) => format!("failed: {e}"),
-                };
-                say(format!("Permission outcome: {verdict}"));
-            }
-        }
-    }
-    StopReason::EndTurn
 }
 
 /// Serves one ACP connection over `incoming`/`outgoing` until it closes (or, in process, the
@@ -426,7 +245,8 @@ where
                 }
                 // Steps await the client (MCP answers, permissions): never in the dispatch loop.
                 cx.spawn(async move {
-                    let stop = run_prompt(st.clone(), conn, req.session_id.clone(), text).await;
+                    let stop =
+                        prompt::run_prompt(st.clone(), conn, req.session_id.clone(), text).await;
                     if st.exit.is_cancelled() {
                         // Crashed in process: like the process, it never answers — the client
                         // sees the connection end, not an `end_turn` (nor the error a dropped

@@ -468,6 +468,24 @@ impl Api {
         )
     }
 
+    /// Polls the session's transcript until one of its messages matches `pred`; returns all
+    /// of them.
+    pub async fn wait_for_message(
+        &self,
+        session: &str,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let page = self
+            .wait_for(&format!("/api/v1/sessions/{session}/messages"), what, |v| {
+                v["messages"]
+                    .as_array()
+                    .is_some_and(|ms| ms.iter().any(&pred))
+            })
+            .await;
+        page["messages"].as_array().unwrap().clone()
+    }
+
     pub async fn messages(&self, session: &str) -> Vec<serde_json::Value> {
         self.get(&format!("/api/v1/sessions/{session}/messages"))
             .await
