@@ -58,6 +58,7 @@ fn runtime_config(addr: std::net::SocketAddr) -> RuntimeConfig {
         max_agents: 16,
         max_websocket_clients: turnstile::server::runtime::MAX_WEBSOCKET_CLIENTS,
         sync_wait: turnstile::server::runtime::SYNC_WAIT,
+        summary_gather: turnstile::server::runtime::SUMMARY_GATHER,
         in_process_mock: None,
     }
 }

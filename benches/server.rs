@@ -512,10 +512,12 @@ async fn asks_in_one_turn(
         }),
         _ => None,
     };
-    let refreshes = match (counters_before.0, counters) {
-        (Some(c0), Some(c1)) => (c1.refreshes - c0.refreshes) / f64::from(round_trips),
+    let per_round_trip = |counter: fn(&Counters) -> f64| match (counters_before.0, counters) {
+        (Some(c0), Some(c1)) => (counter(&c1) - counter(&c0)) / f64::from(round_trips),
         _ => f64::NAN,
     };
+    let refreshes = per_round_trip(|c| c.refreshes);
+    let summary_writes = per_round_trip(|c| c.writes);
     let rate = times.len() as f64 / (end - first.unwrap()).as_secs_f64();
     times.sort();
     AskRun {
@@ -526,6 +528,7 @@ async fn asks_in_one_turn(
         agents_cpu,
         writer,
         refreshes,
+        summary_writes,
     }
 }
 
@@ -545,6 +548,8 @@ struct Counters {
     writer: Option<(f64, f64)>,
     /// Summary refresh attempts so far (each one read of the pending state, P4).
     refreshes: f64,
+    /// Summaries written so far (a refresh that found a change).
+    writes: f64,
 }
 
 async fn server_counters(client: &reqwest::Client, base: &str) -> Option<Counters> {
@@ -565,6 +570,7 @@ async fn server_counters(client: &reqwest::Client, base: &str) -> Option<Counter
             .zip(value("turnstile_sqlite_writer_busy_seconds_total")),
         // NaN from a server built before the counter (an A/B run against an older binary).
         refreshes: value("turnstile_summary_refreshes_total").unwrap_or(f64::NAN),
+        writes: value("turnstile_summary_writes_total").unwrap_or(f64::NAN),
     })
 }
 
@@ -584,6 +590,24 @@ struct AskRun {
     writer: Option<WriterUse>,
     /// Summary refreshes per round trip (NaN when the counters could not be read).
     refreshes: f64,
+    /// Summaries written per round trip (NaN likewise).
+    summary_writes: f64,
+}
+
+impl AskRun {
+    /// What a paced row reports beside its times: the server's work per round trip.
+    fn costs(&self) -> String {
+        let writer = self
+            .writer
+            .map(|w| format!(", the write connection taken {:.1}×", w.uses_per_round_trip))
+            .unwrap_or_default();
+        format!(
+            "server CPU {:.0} µs, {:.2} summary refreshes ({:.2} written){writer} per round trip",
+            self.server_cpu.as_secs_f64() * 1e6,
+            self.refreshes,
+            self.summary_writes,
+        )
+    }
 }
 
 /// B3 on one backend: one agent, 50 at once (capacity), 50 paced to the target rate, and 50
@@ -652,22 +676,20 @@ fn print_b3(b3: &[B3Run], asks: usize) {
             pct(&one.times, 0.5)
         );
         println!(
-            "| B3 | {name}: the same, answers paced to {PACED:.0}/s across the 50 | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms; server CPU {:.0} µs, {:.2} summary refreshes per round trip | at once p99 {:.1} ms | p99 < 20 ms at {PACED:.0}/s |",
+            "| B3 | {name}: the same, answers paced to {PACED:.0}/s across the 50 | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms; {} | at once p99 {:.1} ms | p99 < 20 ms at {PACED:.0}/s |",
             paced.rate,
             pct(&paced.times, 0.5),
             pct(&paced.times, 0.99),
-            paced.server_cpu.as_secs_f64() * 1e6,
-            paced.refreshes,
+            paced.costs(),
             pct(rt, 0.99)
         );
         println!(
-            "| B3 | {name}: paced to {:.0}/s (not saturated: the latency alone) | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms; server CPU {:.0} µs, {:.2} summary refreshes per round trip | — | (report) |",
+            "| B3 | {name}: paced to {:.0}/s (not saturated: the latency alone) | {:.0}/s, p50 {:.1} ms, p99 {:.1} ms; {} | — | (report) |",
             PACED / 2.0,
             half.rate,
             pct(&half.times, 0.5),
             pct(&half.times, 0.99),
-            half.server_cpu.as_secs_f64() * 1e6,
-            half.refreshes,
+            half.costs(),
         );
     }
 }
@@ -689,6 +711,8 @@ fn b3_results(results: &mut Value, b3: &[B3Run], asks: usize) {
                 "p50_ms": pct(&run.times, 0.5), "p99_ms": pct(&run.times, 0.99),
                 "server_cpu_us_per_round_trip": run.server_cpu.as_secs_f64() * 1e6,
                 "summary_refreshes_per_round_trip": finite(run.refreshes),
+                "summary_writes_per_round_trip": finite(run.summary_writes),
+                "writer_uses_per_round_trip": run.writer.map(|w| w.uses_per_round_trip),
             })
         };
         results["B3"][name.as_str()] = json!({

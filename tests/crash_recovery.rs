@@ -35,21 +35,12 @@ async fn detached_question(api: &Api) -> (String, String, String) {
         .await;
     let task_id = task["id"].as_str().unwrap().to_string();
     let session = task["primary_session_id"].as_str().unwrap().to_string();
-    let msgs = api
-        .wait_for(
-            &format!("/api/v1/sessions/{session}/messages"),
-            "the timeout",
-            |v| {
-                v["messages"].as_array().is_some_and(|m| {
-                    m.iter()
-                        .any(|m| m["content"] == "Question timed out, continuing without answer.")
-                })
-            },
-        )
+    let messages = api
+        .wait_for_message(&session, "the timeout", |m| {
+            m["content"] == "Question timed out, continuing without answer."
+        })
         .await;
-    let pending_id = msgs["messages"]
-        .as_array()
-        .unwrap()
+    let pending_id = messages
         .iter()
         .find(|m| m["kind"] == "clarification_request")
         .unwrap()["pending_id"]

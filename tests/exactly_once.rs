@@ -413,25 +413,7 @@ async fn d4_n3_a_rejection_while_the_turn_is_open_advances_the_task_once(url: St
     );
     let pending = api.pending_id(&session).await;
     wait_detached(&api, &pending).await;
-    let permission = api
-        .wait_for(
-            &format!("/api/v1/sessions/{session}/messages"),
-            "the permission request",
-            |v| {
-                v["messages"]
-                    .as_array()
-                    .is_some_and(|m| m.iter().any(|m| m["kind"] == "permission_request"))
-            },
-        )
-        .await["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["kind"] == "permission_request")
-        .unwrap()["pending_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let permission = api.pending_id_of_kind(&session, "permission_request").await;
     // The turn is still open (it waits for the permission): the rejection defers nothing.
     let (status, body) = respond(&api, &pending, json!({ "rejected": true })).await;
     assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");

@@ -84,13 +84,8 @@ fn call(client: &Client, args: Value) -> tokio::task::JoinHandle<CallToolResult>
 }
 
 async fn bundles(api: &Api, session: &str) -> Vec<String> {
-    let msgs = api
-        .get(&format!("/api/v1/sessions/{session}/messages"))
+    api.messages(session)
         .await
-        .1;
-    msgs["messages"]
-        .as_array()
-        .unwrap()
         .iter()
         .filter(|m| m["kind"] == "clarification_request")
         .map(|m| m["pending_id"].as_str().unwrap().to_string())

@@ -30,6 +30,7 @@ both_http!(
     p8_session_list_fails_closed,
     p1_p9_session_list_carries_pending_actions_and_revisions,
     p4_a_burst_of_events_for_one_task_costs_one_refresh,
+    p4_a_summary_that_comes_back_within_the_gather_is_not_rewritten,
     p4_a_message_in_a_turn_that_counts_asks_for_no_refresh,
     p4_l19_a_message_that_makes_a_reservation_current_clears_its_question,
 );
@@ -819,6 +820,61 @@ async fn p4_a_burst_of_events_for_one_task_costs_one_refresh(url: String) {
         2,
         "the held refresh, then one for the 50 that waited"
     );
+}
+
+/// P4 with the gather (decision 0039): a task's events within `summary_gather` of its first
+/// one are covered by one refresh, which reads the state after all of them. A question
+/// answered and the next one asked within it (a B3 round trip) leave the summary as it was:
+/// one refresh and no write, where refreshing after each event writes twice (no question,
+/// then a question again). The gather is long here so that the repository writes between the
+/// events fit in it on a loaded machine; the server's default is a few milliseconds.
+async fn p4_a_summary_that_comes_back_within_the_gather_is_not_rewritten(url: String) {
+    let server = TestServer::start_with(&url, |r| {
+        r.summary_gather = std::time::Duration::from_secs(2);
+    })
+    .await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let turn = s.turn(&s.session).await;
+    let first = s.ask(&s.session, &turn).await;
+    await_pending(&mut rx, &s.task, json!("clarification")).await;
+    let base = s.summary().await.expect("written");
+    let writes = || s.state.metrics.summary_writes.load(Ordering::Relaxed);
+    let (refreshes_before, writes_before) = (refreshes(&s.state), writes());
+
+    let claim = Claim {
+        status: BundleStatus::Answered,
+        response: "{}".into(),
+        reject_reason: None,
+        by: s.state.runtime.config.server_id.clone(),
+    };
+    let claimed = s
+        .state
+        .repo
+        .claim_bundle(&first, &claim, s.state.clock.now())
+        .await
+        .unwrap();
+    assert!(matches!(claimed, ClaimOutcome::Claimed(_)), "{claimed:?}");
+    s.publish("clarification.answered", &s.session);
+    s.ask(&s.session, &turn).await;
+    projector_idle(&s.state, &mut rx).await;
+
+    assert_eq!(
+        refreshes(&s.state) - refreshes_before,
+        2,
+        "one refresh for the task's two events, one for the marker task"
+    );
+    assert_eq!(
+        writes() - writes_before,
+        1,
+        "only the marker task's summary was written"
+    );
+    assert_eq!(
+        s.summary().await.unwrap(),
+        base,
+        "the question is still the pending action"
+    );
+    server.stop().await;
 }
 
 /// How many summary refreshes the projector has attempted (`/metrics`).

@@ -69,27 +69,10 @@ async fn killed_server_keeps_the_question_answerable_and_relaunches_the_agent(ur
         .await;
     let task_id = task["id"].as_str().unwrap().to_string();
     let session = task["primary_session_id"].as_str().unwrap().to_string();
-    let msgs = first
+    let pending_id = first
         .api
-        .wait_for(
-            &format!("/api/v1/sessions/{session}/messages"),
-            "the question",
-            |v| {
-                v["messages"]
-                    .as_array()
-                    .is_some_and(|m| m.iter().any(|m| m["kind"] == "clarification_request"))
-            },
-        )
+        .pending_id_of_kind(&session, "clarification_request")
         .await;
-    let pending_id = msgs["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["kind"] == "clarification_request")
-        .unwrap()["pending_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     assert_eq!(
         first
             .api
@@ -164,19 +147,9 @@ async fn killed_server_keeps_the_question_answerable_and_relaunches_the_agent(ur
         done(3),
     )
     .await;
-    let msgs = api
-        .get(&format!("/api/v1/sessions/{session}/messages"))
-        .await
-        .1;
-    let agent: Vec<&str> = msgs["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["author"] == "agent")
-        .map(|m| m["content"].as_str().unwrap())
-        .collect();
+    let agent = api.agent_lines(&session).await;
     assert!(agent.iter().any(|t| t.contains("postgresql")), "{agent:?}");
-    assert_eq!(agent.last(), Some(&"Echo: hello again"));
+    assert_eq!(agent.last().map(String::as_str), Some("Echo: hello again"));
     api.wait_for(
         &format!("/api/v1/tasks/{task_id}"),
         "the question to clear",

@@ -308,19 +308,9 @@ async fn real_agent_question_reaches_every_client_and_metrics_count_it(url: Stri
         "{metrics}"
     );
 
-    let msgs = api
-        .get(&format!("/api/v1/sessions/{session}/messages"))
-        .await
-        .1;
-    let pending_id = msgs["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["kind"] == "clarification_request")
-        .unwrap()["pending_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let pending_id = api
+        .pending_id_of_kind(&session, "clarification_request")
+        .await;
     api.respond(
         &pending_id,
         json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),

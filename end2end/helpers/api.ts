@@ -75,6 +75,36 @@ export async function ready(page: import("@playwright/test").Page) {
   await expect(page.locator("body")).toHaveAttribute("data-ws", "open");
 }
 
+/**
+ * Watches the page's calls to the server function `name` (`/api/fn/<name>`) from now on (call
+ * it before `goto`). `settled(n)` waits until at least `n` have finished and none is in flight.
+ * A page refetches every view when its socket opens (P10), after its first load: a test that
+ * holds the socket (`gateSocket`) and then changes something on the server waits for that
+ * second call first, or the refetch still in flight may rightly bring the change into view.
+ */
+export function serverCalls(page: import("@playwright/test").Page, name: string) {
+  let inFlight = 0;
+  let finished = 0;
+  const ours = (r: import("@playwright/test").Request) => new URL(r.url()).pathname === `/api/fn/${name}`;
+  const done = (r: import("@playwright/test").Request) => {
+    if (ours(r)) {
+      inFlight -= 1;
+      finished += 1;
+    }
+  };
+  page.on("request", (r) => {
+    if (ours(r)) inFlight += 1;
+  });
+  page.on("requestfinished", done);
+  page.on("requestfailed", done);
+  return {
+    settled: (n: number) =>
+      expect
+        .poll(() => finished >= n && inFlight === 0, { message: `${n} calls of ${name} finished, none in flight` })
+        .toBe(true),
+  };
+}
+
 export const SHORT_TIMEOUT =
   'e2e:ask-timeout(300, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})';
 

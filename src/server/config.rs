@@ -117,6 +117,7 @@ impl Config {
             max_agents: self.max_agents.max(1),
             max_websocket_clients: crate::server::runtime::MAX_WEBSOCKET_CLIENTS,
             sync_wait: crate::server::runtime::SYNC_WAIT,
+            summary_gather: crate::server::runtime::SUMMARY_GATHER,
             in_process_mock: self
                 .mock_in_process
                 .then(crate::mock_agent::InProcess::unrecorded),

@@ -39,6 +39,9 @@ pub struct RuntimeConfig {
     /// How long a question waits for the session worker to take the agent's earlier output
     /// (`worker::sync`, decision 0033; [`SYNC_WAIT`] unless a test sets less).
     pub sync_wait: Duration,
+    /// How long the projector lets a task's events gather before it refreshes the task's
+    /// summary ([`SUMMARY_GATHER`] unless a test sets another).
+    pub summary_gather: Duration,
     /// The `mock` profile runs the mock agent inside this process (tests, recording prompts;
     /// `--mock-in-process`, recording nothing).
     pub in_process_mock: Option<crate::mock_agent::InProcess>,
@@ -47,6 +50,11 @@ pub struct RuntimeConfig {
 /// How long a question waits for the agent's earlier output by default (decision 0033): an
 /// agent that withholds it delays only its own question, by at most this.
 pub const SYNC_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a task's events gather before its summary is refreshed (P4; decision 0039): a
+/// round trip moves the summary to `running` and back to a question within a few
+/// milliseconds, and refreshed once after both it is not rewritten at all.
+pub const SUMMARY_GATHER: Duration = Duration::from_millis(5);
 
 /// The default bound on WebSocket connections served at once.
 pub const MAX_WEBSOCKET_CLIENTS: usize = 1024;

@@ -214,6 +214,7 @@ impl TestServer {
             max_agents: 16,
             max_websocket_clients: turnstile::server::runtime::MAX_WEBSOCKET_CLIENTS,
             sync_wait: turnstile::server::runtime::SYNC_WAIT,
+            summary_gather: turnstile::server::runtime::SUMMARY_GATHER,
             in_process_mock: None,
         };
         tune(&mut runtime);
@@ -505,28 +506,29 @@ impl Api {
             .collect()
     }
 
-    /// Waits for the first question or permission request of the session; returns its id.
+    /// The `pending_id` of the session's first question or permission request, once there is one.
     pub async fn pending_id(&self, session: &str) -> String {
-        let msgs = self
-            .wait_for(
-                &format!("/api/v1/sessions/{session}/messages"),
-                "a question or permission request",
-                |v| {
-                    v["messages"]
-                        .as_array()
-                        .is_some_and(|m| m.iter().any(|m| m["pending_id"].is_string()))
-                },
-            )
-            .await;
-        msgs["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| m["pending_id"].is_string())
-            .unwrap()["pending_id"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        self.pending_id_of(session, "a question or permission request", |_| true)
+            .await
+    }
+
+    /// The `pending_id` of the session's first message of `kind` (`clarification_request`,
+    /// `permission_request`), once there is one.
+    pub async fn pending_id_of_kind(&self, session: &str, kind: &str) -> String {
+        self.pending_id_of(session, kind, |m| m["kind"] == kind)
+            .await
+    }
+
+    async fn pending_id_of(
+        &self,
+        session: &str,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> String {
+        let carries = |m: &serde_json::Value| m["pending_id"].is_string() && pred(m);
+        let messages = self.wait_for_message(session, what, carries).await;
+        let found = messages.iter().find(|m| carries(m)).unwrap();
+        found["pending_id"].as_str().unwrap().to_string()
     }
 
     pub async fn wait_turns_done(&self, session: &str, n: usize) -> Vec<serde_json::Value> {

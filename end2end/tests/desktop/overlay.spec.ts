@@ -1,5 +1,5 @@
 import { expect, test } from "../../helpers/fixtures";
-import { Api, failRefetchOnReconnect, gateSocket, ready } from "../../helpers/api";
+import { Api, failRefetchOnReconnect, gateSocket, ready, serverCalls } from "../../helpers/api";
 
 // N4/N5 in the overlay: one question at a time, keyboard use, collapse and reopen, and what
 // the user sees when someone else answered first or the question is gone.
@@ -107,12 +107,15 @@ test("L6: two tabs answer at once — both close, the second shows the winner's 
   const task = await api.createTask(`Two tabs ${Date.now()}`, { prompt: "/e2e:clarification" });
   const session = task.primary_session_id!;
   const gate = await gateSocket(second);
+  const loads = serverCalls(second, "active_question");
   for (const p of [first, second]) {
     await p.goto(`/t/${task.id}?session=${session}`);
     await ready(p);
     await expect(p.getByTestId("clarification-overlay")).toBeVisible();
   }
-  // The second tab hears nothing from here on: it still shows the question when it answers.
+  // The second tab's refetch after its socket opened has landed (`serverCalls`), and it hears
+  // nothing from here on: it still shows the question when it answers.
+  await loads.settled(2);
   gate.held = true;
   await first.getByTestId("clarification-option-postgresql").click();
   await expect(first.getByTestId("clarification-overlay")).toHaveCount(0);

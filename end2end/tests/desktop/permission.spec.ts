@@ -1,5 +1,5 @@
 import { expect, test } from "../../helpers/fixtures";
-import { Api, failRefetchOnReconnect, gateSocket, ready } from "../../helpers/api";
+import { Api, failRefetchOnReconnect, gateSocket, ready, serverCalls } from "../../helpers/api";
 
 test("N6: a permission request is answered by a click; the prompt and the icon clear", async ({ page, request }) => {
   const api = new Api(request);
@@ -27,10 +27,14 @@ test("N6: a request whose turn was cancelled shows as cancelled when answered", 
   const api = new Api(request);
   const task = await api.createTask(`Permission gone ${Date.now()}`, { prompt: "/e2e:permission" });
   const gate = await gateSocket(page);
+  const loads = serverCalls(page, "pending_permission");
   await page.goto(`/t/${task.id}?session=${task.primary_session_id}`);
   await ready(page);
   await expect(page.getByTestId("permission-prompt")).toBeVisible();
-  // This tab hears nothing more; the turn is cancelled meanwhile (N6 cancels its requests).
+  // The refetch after the socket opened has landed (it once was still in flight at the cancel
+  // and rightly found the request gone). This tab hears nothing more; the turn is cancelled
+  // meanwhile (N6 cancels its requests).
+  await loads.settled(2);
   gate.held = true;
   const cancelled = await request.post(`/api/v1/sessions/${task.primary_session_id}/cancel`);
   expect(cancelled.status()).toBe(200);

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::time::Instant;
 
 use super::loader;
 use crate::model::{LastError, SummaryBody};
@@ -179,64 +180,93 @@ pub fn summary_event(summary: &SummaryRecord) -> Event {
     })
 }
 
-/// Runs the projector until the hub closes or the server shuts down. A lag means events were missed: every task is
-/// reconciled, so nothing stays stale (P10).
-/// The refreshes a batch of events asks for: each task once, in the order first named.
+/// The tasks waiting for a refresh, each once, in the order of their first event since their
+/// last refresh, each with the time it is due (that event's arrival + the runtime's
+/// `summary_gather`; one gather for all, so the queue is ordered by due time).
 #[derive(Default)]
 struct Due {
-    tasks: Vec<String>,
-    seen: std::collections::HashSet<String>,
-    lagged: u64,
+    queue: std::collections::VecDeque<(Instant, String)>,
+    queued: std::collections::HashSet<String>,
 }
 
 impl Due {
-    fn add(&mut self, event: &Event) {
+    fn add(&mut self, event: &Event, due: Instant) {
         if let Some(task_id) = event
             .task_id
             .as_deref()
             .filter(|_| event.refreshes_projection())
-            && self.seen.insert(task_id.to_string())
+            && self.queued.insert(task_id.to_string())
         {
-            self.tasks.push(task_id.to_string());
+            self.queue.push_back((due, task_id.to_string()));
         }
+    }
+
+    /// When the first task is due.
+    fn next_at(&self) -> Option<Instant> {
+        self.queue.front().map(|(at, _)| *at)
+    }
+
+    /// The first task if it is due by `now`, taken off the queue (an event after this
+    /// queues it again).
+    fn take_due(&mut self, now: Instant) -> Option<String> {
+        if self.next_at()? > now {
+            return None;
+        }
+        let (_, task_id) = self.queue.pop_front()?;
+        self.queued.remove(&task_id);
+        Some(task_id)
     }
 }
 
+/// Runs the projector until the hub closes or the server shuts down.
+///
+/// P4: each task is refreshed after its events, once per gather: its first event queues it,
+/// due `summary_gather` later (decision 0039), and the events that arrive meanwhile are covered
+/// by that one refresh, which reads the state after all of them. A round trip (`running`, then
+/// a question again) then costs one refresh that writes nothing, instead of two writes; a
+/// burst while the projector is busy costs one refresh too. A lag means events were missed:
+/// every task is reconciled, so nothing stays stale (P10).
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     let mut events = state.hub.subscribe();
+    let gather = state.runtime.config.summary_gather;
     tokio::spawn(async move {
+        let mut due = Due::default();
         loop {
-            let next = tokio::select! {
-                e = events.recv() => e,
-                _ = state.shutdown.cancelled() => return,
+            let next_at = due.next_at();
+            let received = tokio::select! {
+                e = events.recv() => Some(e),
+                () = async {
+                    match next_at {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => None,
+                () = state.shutdown.cancelled() => return,
             };
-            let mut due = Due::default();
-            match next {
-                Ok(event) => due.add(&event),
-                Err(RecvError::Lagged(missed)) => due.lagged += missed,
-                Err(RecvError::Closed) => return,
+            let now = Instant::now();
+            let mut lagged = 0;
+            match received {
+                Some(Ok(event)) => due.add(&event, now + gather),
+                Some(Err(RecvError::Lagged(missed))) => lagged += missed,
+                Some(Err(RecvError::Closed)) => return,
+                None => {}
             }
-            // P4: every event already waiting is covered by one refresh per task, since a
-            // refresh reads the state after all of them (a burst costs one, not one each).
             loop {
                 match events.try_recv() {
-                    Ok(event) => due.add(&event),
-                    Err(TryRecvError::Lagged(missed)) => due.lagged += missed,
+                    Ok(event) => due.add(&event, now + gather),
+                    Err(TryRecvError::Lagged(missed)) => lagged += missed,
                     Err(TryRecvError::Empty | TryRecvError::Closed) => break,
                 }
             }
-            if due.lagged > 0 {
-                tracing::warn!(
-                    missed = due.lagged,
-                    "projector lagged; reconciling every task"
-                );
+            if lagged > 0 {
+                tracing::warn!(missed = lagged, "projector lagged; reconciling every task");
                 if let Err(e) = super::reconcile::reconcile_all(&state).await {
                     tracing::warn!(error = %e, "reconciliation after lag failed");
                 }
                 continue;
             }
-            for task_id in &due.tasks {
-                if let Err(e) = refresh_task(&state, task_id, Scope::Full).await {
+            while let Some(task_id) = due.take_due(Instant::now()) {
+                if let Err(e) = refresh_task(&state, &task_id, Scope::Full).await {
                     tracing::warn!(error = %e, task_id, "projector refresh failed");
                 }
             }
