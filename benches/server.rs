@@ -818,7 +818,10 @@ async fn main() {
     // B6 "flat": memory after B3's round trips, after many more of the same sessions, and
     // after as many again. The first batch still warms up (the allocator's pages, caches, each
     // session's statements: +4% to +13% in quick runs, within +8% over the full run's 10,000);
-    // a leak grows in the second batch as in the first, so the second decides.
+    // a leak grows in the second batch as in the first, so the second decides. It is measured
+    // against the highest RSS before it: the allocator gives pages back now and then (107.0 →
+    // 85.8 → 111.2 MB in one full run, twenty-eighth session), and a leak grows past every
+    // earlier sample, a dip or not.
     let warm_rss = server.rss_kb();
     let more_rounds = if args.quick { 20 } else { 200 };
     let _ = round_trips(&server, Sessions::Again(sessions.clone()), more_rounds).await;
@@ -876,12 +879,12 @@ async fn main() {
         50 * rounds + rounds,
         mb(warm_rss)
     );
+    let before_rss = warm_rss.max(after_rss);
     println!(
-        "| B6 | RSS after {} more of them | {:.1} MB | after the first {}: {:.1} MB | flat (≤ +10%) |",
+        "| B6 | RSS after {} more of them | {:.1} MB | the highest before: {:.1} MB | flat (≤ +10%) |",
         50 * more_rounds,
         mb(again_rss),
-        50 * more_rounds,
-        mb(after_rss)
+        mb(before_rss)
     );
     let mut results = json!({
         "B4": { "sqlite": {
@@ -896,7 +899,7 @@ async fn main() {
             "after_more_round_trips_mb": mb(after_rss),
             "after_twice_as_many_mb": mb(again_rss),
             "pass": mb(idle_rss) < 60.0 && mb(b4_rss) < 150.0
-                && mb(again_rss) <= mb(after_rss) * 1.1,
+                && mb(again_rss) <= mb(before_rss) * 1.1,
         }},
     });
     b3_results(&mut results, &b3, asks);
