@@ -31,6 +31,7 @@ both_http!(
     p1_p9_session_list_carries_pending_actions_and_revisions,
     p4_a_burst_of_events_for_one_task_costs_one_refresh,
     p4_a_summary_that_comes_back_within_the_gather_is_not_rewritten,
+    p10_a_projector_that_lagged_reconciles_every_task,
     p4_a_message_in_a_turn_that_counts_asks_for_no_refresh,
     p4_l19_a_message_that_makes_a_reservation_current_clears_its_question,
 );
@@ -130,6 +131,13 @@ impl Story {
     }
 
     async fn ask(&self, session: &str, turn: &str) -> String {
+        let pending_id = self.ask_unannounced(session, turn).await;
+        self.publish("clarification.requested", session);
+        pending_id
+    }
+
+    /// A question written with no event published: only a reconciliation can find it.
+    async fn ask_unannounced(&self, session: &str, turn: &str) -> String {
         let (b, _) = self
             .state
             .repo
@@ -147,7 +155,6 @@ impl Story {
             )
             .await
             .unwrap();
-        self.publish("clarification.requested", session);
         b.pending_id
     }
 
@@ -875,6 +882,63 @@ async fn p4_a_summary_that_comes_back_within_the_gather_is_not_rewritten(url: St
         "the question is still the pending action"
     );
     server.stop().await;
+}
+
+/// P10: a projector that missed events (its receiver lagged behind the hub) reconciles every
+/// task, so a change it never heard of is not left stale. Its refresh of another task is held
+/// at the compare-and-set while more events than the hub holds are published; a question that
+/// was written with no event at all is in the summary afterwards.
+async fn p10_a_projector_that_lagged_reconciles_every_task(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let quiet = Story::new(&server.state).await;
+    let turn = quiet.turn(&quiet.session).await;
+    let busy = Story::new(&server.state).await;
+    projector_idle(&server.state, &mut rx).await;
+    drop(rx);
+    quiet.ask_unannounced(&quiet.session, &turn).await;
+
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = Arc::new(AtomicU32::new(0));
+    let (g, h, task) = (gate.clone(), held.clone(), busy.task.clone());
+    server.state.hooks.set(
+        turnstile::server::hooks::Point::BeforeSummaryCas,
+        move |task_id| {
+            let hold = task_id == task && h.fetch_add(1, Ordering::SeqCst) == 0;
+            let g = g.clone();
+            async move {
+                if hold {
+                    g.acquire().await.expect("gate").forget();
+                }
+            }
+        },
+    );
+    busy.publish("session.message.added", &busy.session);
+    support::until("the busy task's refresh to reach the gate", async || {
+        held.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    for _ in 0..turnstile::server::startup::HUB_CAPACITY + 10 {
+        busy.publish("session.message.added", &busy.session);
+    }
+    let mut rx = server.state.hub.subscribe();
+    gate.add_permits(1);
+    await_pending(&mut rx, &quiet.task, json!("clarification")).await;
+    server
+        .state
+        .hooks
+        .clear(turnstile::server::hooks::Point::BeforeSummaryCas);
+    assert_eq!(
+        pending_in_summary(&quiet).await,
+        json!("clarification"),
+        "stored as well as published"
+    );
+    server.stop().await;
+}
+
+async fn pending_in_summary(s: &Story) -> Value {
+    let summary = s.summary().await.expect("a summary");
+    serde_json::to_value(summary.body.pending_action).unwrap()
 }
 
 /// How many summary refreshes the projector has attempted (`/metrics`).
