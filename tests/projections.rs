@@ -343,6 +343,10 @@ async fn p5_loader_failure_keeps_the_question(url: String) {
     let t1 = s.turn(&s.session).await;
     let p = s.ask(&s.session, &t1).await;
     await_pending(&mut rx, &s.task, json!("clarification")).await;
+    // The ask's event can land while the refresh that already saw the question runs: the
+    // task is then refreshed once more a gather later, and that refresh must not see the
+    // claim below (it would rightly clear the question before the loader breaks).
+    projector_idle(&server.state, &mut rx).await;
     let before = s.summary().await.unwrap();
     let claim = Claim {
         status: BundleStatus::Answered,
