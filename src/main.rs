@@ -134,6 +134,7 @@ async fn serve() -> std::process::ExitCode {
             Ok(())
         }
     };
+    startup::finish(&state).await;
     // What the last moments wrote without acknowledging it (summaries, streamed output) goes
     // to disk before the process exits (decision 0024).
     if let Err(e) = state.durable().await {

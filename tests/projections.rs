@@ -27,6 +27,8 @@ both_http!(
     p6_exhausted_retries_invalidate_and_reads_fall_back,
     p7_boot_and_reads_repair_a_stale_summary,
     p7_a_list_read_never_writes_back_an_older_pending_action,
+    p7_a_refresh_gathering_at_shutdown_is_written_before_exit,
+    p7_a_session_that_recovery_moves_to_waiting_is_projected,
     p8_session_list_fails_closed,
     p1_p9_session_list_carries_pending_actions_and_revisions,
     p4_a_burst_of_events_for_one_task_costs_one_refresh,
@@ -600,6 +602,76 @@ async fn p7_a_list_read_never_writes_back_an_older_pending_action(url: String) {
         "P7: the answered question is not written back by the list read"
     );
     server.stop().await;
+}
+
+/// P7 across a restart: a refresh still gathering when the server stops is written before it
+/// exits. Boot reconciliation repairs only the pending action, so a dropped refresh would leave
+/// the task's other fields (here its activity) stale until its next event.
+async fn p7_a_refresh_gathering_at_shutdown_is_written_before_exit(url: String) {
+    let server = TestServer::start_with(&url, |r| {
+        // Longer than the test: only the shutdown can bring the refresh forward.
+        r.summary_gather = std::time::Duration::from_secs(600);
+    })
+    .await;
+    let s = Story::new(&server.state).await;
+    let first = refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
+    assert_eq!(first.body.activity.as_deref(), Some("generating"));
+    // Waiting for input is not a state boot recovery touches: only this refresh can fix it.
+    s.state
+        .repo
+        .set_session_state(
+            &s.session,
+            SessionState::WaitingForInput,
+            s.state.clock.now(),
+        )
+        .await
+        .unwrap()
+        .expect("moved");
+    s.publish("session.state_changed", &s.session);
+    server.stop().await;
+
+    let restarted = TestServer::start(&url).await;
+    assert_eq!(
+        task_activity(&restarted, &s.task).await,
+        json!("idle"),
+        "the queued refresh was written at shutdown"
+    );
+    restarted.stop().await;
+}
+
+/// P7 at boot: a session whose agent died with the server waits for input after recovery,
+/// and its task's summary says so, also when it had no open turn to complete.
+async fn p7_a_session_that_recovery_moves_to_waiting_is_projected(url: String) {
+    let server = TestServer::start(&url).await;
+    let s = Story::new(&server.state).await;
+    let first = refresh_task(&s.state, &s.task, Scope::Full).await.unwrap();
+    assert_eq!(first.body.activity.as_deref(), Some("generating"));
+    server.stop().await;
+
+    let restarted = TestServer::start(&url).await;
+    assert_eq!(
+        restarted
+            .state
+            .repo
+            .get_session(&s.session)
+            .await
+            .unwrap()
+            .expect("session")
+            .state,
+        SessionState::WaitingForInput
+    );
+    assert_eq!(task_activity(&restarted, &s.task).await, json!("idle"));
+    restarted.stop().await;
+}
+
+async fn task_activity(server: &TestServer, task: &str) -> Value {
+    let task: Value = reqwest::get(server.url(&format!("/api/v1/tasks/{task}")))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    task["status_summary"]["activity"].clone()
 }
 
 async fn p7_boot_and_reads_repair_a_stale_summary(url: String) {

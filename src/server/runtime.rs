@@ -267,6 +267,9 @@ pub struct Runtime {
     pub counters: SessionCounters,
     /// The questions of bundles asked here, for answers to validate against (B3).
     pub questions: QuestionCache,
+    /// The projector's task, awaited at shutdown while it writes the refreshes it had queued
+    /// (`startup::finish`).
+    pub projector: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// Bundles a [`QuestionCache`] keeps; beyond it the oldest go first.
@@ -337,6 +340,7 @@ impl Runtime {
             owned: Slots::default(),
             counters: SessionCounters::default(),
             questions: QuestionCache::default(),
+            projector: Mutex::new(None),
         }
     }
 }

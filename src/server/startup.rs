@@ -118,7 +118,7 @@ pub async fn build_state(
         )
         .await;
     }
-    let completed =
+    let closed =
         recovery::recover_sessions_except(state.repo.as_ref(), state.clock.now(), &keep).await?;
     spawn_heartbeat(&state);
     let failed = reconcile::reconcile_all(&state).await?;
@@ -128,7 +128,8 @@ pub async fn build_state(
             "some task summaries could not be repaired at boot; they read as invalidated"
         );
     }
-    projector::spawn(state.clone());
+    *state.runtime.projector.lock().expect("projector lock") =
+        Some(projector::spawn(state.clone()));
     // Issue 13: answers given on other servers for calls waiting here.
     if let Some(offers) = state.hub.take_offers() {
         crate::server::clarification::handoff::serve(state.clone(), offers);
@@ -137,13 +138,12 @@ pub async fn build_state(
         crate::server::orchestrator::forward::serve(state.clone(), requests);
     }
     // N3: turns recovery completed run (or defer) their step action like any completion.
-    let mut touched = std::collections::BTreeSet::new();
-    for t in &completed {
+    for t in &closed.turns {
         workflow::turn_completed(&state, &t.session_id, &t.task_id, &t.turn_id).await;
-        touched.insert(t.task_id.clone());
     }
-    // P3: queues died with the old process; their counts go back to zero.
-    for task_id in touched {
+    // P3: queues died with the old process; their counts go back to zero. P4: the closed
+    // sessions wait for input now, which their tasks' activity shows.
+    for task_id in closed.tasks {
         if let Err(e) = projector::refresh_task(&state, &task_id, projector::Scope::Full).await {
             tracing::warn!(task_id, error = %e, "summary refresh after recovery failed");
         }
@@ -303,6 +303,34 @@ async fn others_alive(state: &AppState, now: crate::server::time::Micros) -> boo
         Ok(others) if others.is_empty()
     )
 }
+
+/// Ends a shutdown (begun by [`shutdown`], which this begins if nothing did): waits, at most
+/// [`PROJECTOR_FLUSH_WAIT`], for the projector to write the summary refreshes it had queued.
+/// Boot reconciliation repairs only pending actions (P7), so a refresh dropped here would leave
+/// a task's other fields stale until its next event.
+pub async fn finish(state: &AppState) {
+    if !state.shutdown.is_cancelled() {
+        shutdown(state);
+    }
+    let projector = state
+        .runtime
+        .projector
+        .lock()
+        .expect("projector lock")
+        .take();
+    if let Some(projector) = projector
+        && tokio::time::timeout(PROJECTOR_FLUSH_WAIT, projector)
+            .await
+            .is_err()
+    {
+        tracing::warn!(
+            "the projector did not write its queued summaries within {PROJECTOR_FLUSH_WAIT:?}"
+        );
+    }
+}
+
+/// How long [`finish`] waits for the projector's last refreshes.
+const PROJECTOR_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Begins a shutdown: open MCP streams and sockets are released and every agent process is
 /// stopped (killed with its process group). The HTTP server stops accepting at the same time.

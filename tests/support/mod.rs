@@ -253,6 +253,7 @@ impl TestServer {
         turnstile::server::startup::shutdown(&self.state);
         self.task.abort();
         let _ = self.task.await;
+        turnstile::server::startup::finish(&self.state).await;
     }
 }
 

@@ -119,14 +119,21 @@ pub struct CompletedTurn {
     pub turn_id: String,
 }
 
+/// What [`recover_sessions`] did.
+#[derive(Debug, Default)]
+pub struct RecoveredSessions {
+    /// The open turns it completed: their step actions run once the state exists (N3).
+    pub turns: Vec<CompletedTurn>,
+    /// The task of every session it closed: each summary is refreshed (P3, P4), since a
+    /// session that only moved to `waiting_for_input` changes its task's activity too.
+    pub tasks: std::collections::BTreeSet<String>,
+}
+
 /// Agent processes die with the server. Sessions that were starting, running or waiting keep
 /// their questions answerable: open turns are completed (which detaches their waiting bundles,
 /// L9) and the session waits for the human; a later prompt or answer relaunches the agent.
 /// Owed resumes are not open turns: they stay owed.
-pub async fn recover_sessions(
-    repo: &dyn Repository,
-    now: Micros,
-) -> RepoResult<Vec<CompletedTurn>> {
+pub async fn recover_sessions(repo: &dyn Repository, now: Micros) -> RepoResult<RecoveredSessions> {
     recover_sessions_except(repo, now, &[]).await
 }
 
@@ -135,20 +142,22 @@ pub async fn recover_sessions_except(
     repo: &dyn Repository,
     now: Micros,
     keep: &[String],
-) -> RepoResult<Vec<CompletedTurn>> {
-    let mut completed = Vec::new();
+) -> RepoResult<RecoveredSessions> {
+    let mut out = RecoveredSessions::default();
     for s in repo.sessions_to_recover().await? {
         if keep.contains(&s.id) {
             continue;
         }
         let closed = close_session(repo, &s, now).await?;
-        completed.extend(closed.turns.into_iter().map(|turn_id| CompletedTurn {
-            session_id: s.id.clone(),
-            task_id: s.task_id.clone(),
-            turn_id,
-        }));
+        out.turns
+            .extend(closed.turns.into_iter().map(|turn_id| CompletedTurn {
+                session_id: s.id.clone(),
+                task_id: s.task_id.clone(),
+                turn_id,
+            }));
+        out.tasks.insert(s.task_id.clone());
     }
-    Ok(completed)
+    Ok(out)
 }
 
 /// What [`close_session`] changed.

@@ -225,7 +225,9 @@ impl Due {
 /// by that one refresh, which reads the state after all of them. A round trip (`running`, then
 /// a question again) then costs one refresh that writes nothing, instead of two writes; a
 /// burst while the projector is busy costs one refresh too. A lag means events were missed:
-/// every task is reconciled, so nothing stays stale (P10).
+/// every task is reconciled, so nothing stays stale (P10). When the server shuts down, the
+/// tasks still gathering (and those of the events not yet received) are refreshed at once,
+/// then the projector ends: `startup::finish` waits for it.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     let mut events = state.hub.subscribe();
     let gather = state.runtime.config.summary_gather;
@@ -234,6 +236,8 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
         loop {
             let next_at = due.next_at();
             let received = tokio::select! {
+                biased;
+                () = state.shutdown.cancelled() => None,
                 e = events.recv() => Some(e),
                 () = async {
                     match next_at {
@@ -241,8 +245,8 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                         None => std::future::pending().await,
                     }
                 } => None,
-                () = state.shutdown.cancelled() => return,
             };
+            let stopping = state.shutdown.is_cancelled();
             let now = Instant::now();
             let mut lagged = 0;
             match received {
@@ -265,10 +269,15 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 }
                 continue;
             }
-            while let Some(task_id) = due.take_due(Instant::now()) {
+            // Stopping, every queued task is due: none was queued later than a gather ago.
+            let by = Instant::now() + if stopping { gather } else { Duration::ZERO };
+            while let Some(task_id) = due.take_due(by) {
                 if let Err(e) = refresh_task(&state, &task_id, Scope::Full).await {
                     tracing::warn!(error = %e, task_id, "projector refresh failed");
                 }
+            }
+            if stopping {
+                return;
             }
         }
     })
