@@ -269,7 +269,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 }
                 continue;
             }
-            // Stopping, every queued task is due: none was queued later than a gather ago.
+            // Stopping, every queued task is due now: none is due later than a gather from now.
             let by = Instant::now() + if stopping { gather } else { Duration::ZERO };
             while let Some(task_id) = due.take_due(by) {
                 if let Err(e) = refresh_task(&state, &task_id, Scope::Full).await {
