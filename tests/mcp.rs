@@ -131,14 +131,10 @@ async fn l8_identical_repeat_call_shares_the_bundle_and_l7_progress_flows(url: S
         "L8: no duplicate bundle"
     );
     // L7: progress notifications keep the waiting call alive.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while progress.0.load(Ordering::SeqCst) == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no progress notification"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    support::until("a progress notification", async || {
+        progress.0.load(Ordering::SeqCst) > 0
+    })
+    .await;
     let (status, _) = api
         .respond(
             &ids[0],

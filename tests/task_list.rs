@@ -94,13 +94,17 @@ async fn a_page_carries_each_task_as_reading_it_alone_does(url: String) {
         .as_str()
         .unwrap()
         .to_string();
-    // Once the question is pending nothing changes any more.
+    // Once the question is pending and its summary projected (the session waits for the
+    // answer) nothing changes any more. A read repairs only the pending action (P7): the
+    // projector's refresh of the rest can land a gather later (decision 0039).
     api.pending_id(&session).await;
     let page = api
         .wait_for("/api/v1/tasks", "the task with its question", |v| {
             v["tasks"].as_array().is_some_and(|t| {
                 t.iter().any(|t| {
-                    t["id"] == with_session.as_str() && !t["task_pending_action"].is_null()
+                    t["id"] == with_session.as_str()
+                        && !t["task_pending_action"].is_null()
+                        && t["status_summary"]["activity"] == "idle"
                 })
             })
         })
