@@ -1100,6 +1100,10 @@ async fn p4_l19_a_message_that_makes_a_reservation_current_clears_its_question(u
     let t1 = s.turn(&s.session).await;
     let asked = s.ask(&s.session, &t1).await;
     await_pending(&mut rx, &s.task, json!("clarification")).await;
+    // A refresh queued again by the ask's event could otherwise run after the message below
+    // and publish the cleared question before `message.added`, which the wait for that
+    // event would skip (as in P5's test).
+    projector_idle(&server.state, &mut rx).await;
     let reserved = s
         .state
         .repo

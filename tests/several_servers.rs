@@ -1029,11 +1029,15 @@ impl CutOff {
 async fn p10_a_lone_server_sends_no_events_until_another_says_hello(url: String) {
     use sqlx::postgres::PgListener;
     use turnstile::server::events::bridge::CHANNEL;
-    let a = server(&url, "a").await;
-    let peers = || a.state.hub.peers().expect("the bridge");
-    support::until("server a to find itself alone", async || peers().alone()).await;
     let mut channel = PgListener::connect(&url).await.unwrap();
     channel.listen(CHANNEL).await.unwrap();
+    let a = server(&url, "a").await;
+    // Its hello, queued when its listener started, is the first thing a sends; it may be
+    // sent after a already found itself alone (its sender runs on its own).
+    let hello: Value = serde_json::from_str(channel.recv().await.unwrap().payload()).unwrap();
+    assert_eq!(hello, json!({ "o": "a", "hello": true }));
+    let peers = || a.state.hub.peers().expect("the bridge");
+    support::until("server a to find itself alone", async || peers().alone()).await;
     let api_a = Api::new(&a.base);
     let skipped = peers().skipped();
     let (status, _) = api_a
