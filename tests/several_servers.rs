@@ -602,7 +602,7 @@ fn detached_then(then: &str) -> String {
 async fn detached_and_waiting(
     a: &TestServer,
     script: &str,
-    waits_on_a: impl Fn(&TestServer) -> bool,
+    waits_on_a: impl Fn(&TestServer, &[turnstile::server::repo::BundleRecord]) -> bool,
 ) -> (String, String) {
     let api_a = Api::new(&a.base);
     let (_, session) = api_a.start_task(script).await;
@@ -614,10 +614,24 @@ async fn detached_and_waiting(
             Some(b) => detached = b.pending_id.clone(),
             None => return false,
         }
-        waits_on_a(a)
+        waits_on_a(a, &bundles)
     })
     .await;
     (session, detached)
+}
+
+/// The agent waits on A for its second question, and that question is written: a call's
+/// wait is registered before its question is (L15), and a question written only after the
+/// first one's answer is owed finds itself superseded and never waits.
+fn waits_for_its_question(
+    a: &TestServer,
+    bundles: &[turnstile::server::repo::BundleRecord],
+) -> bool {
+    bundles.iter().any(|b| {
+        !b.detached
+            && b.status == turnstile::model::BundleStatus::Pending
+            && a.state.runtime.waiters.contains(&b.pending_id)
+    })
 }
 
 /// Answers `pending` through `via`: claimed, and the agent on `a` gets it once, as an owed
@@ -641,11 +655,12 @@ async fn l5_an_answer_given_elsewhere_ends_the_superseded_wait_on_the_agents_ser
     let a = server(&url, "a").await;
     let b = server(&url, "b").await;
     let live = json!({ "questions": [{ "id": "next", "prompt": "And then?", "options": [{ "id": "x", "label": "X" }, { "id": "y", "label": "Y" }] }] });
-    let (session, detached) =
-        detached_and_waiting(&a, &detached_then(&format!("e2e:ask({live})")), |a| {
-            a.state.runtime.waiters.len() == 1
-        })
-        .await;
+    let (session, detached) = detached_and_waiting(
+        &a,
+        &detached_then(&format!("e2e:ask({live})")),
+        waits_for_its_question,
+    )
+    .await;
 
     answered_and_resumed_once(&a, &b, &session, &detached).await;
     assert_eq!(b.state.runtime.agents.count(), 0, "B started no agent");
@@ -679,11 +694,12 @@ async fn owed_by_a_server_that_died(url: &str, restart: bool) {
     let a = server_with_ttl(url, "a", if restart { 600_000 } else { 300 }).await;
     let b = server(url, "b").await;
     let live = json!({ "questions": [{ "id": "next", "prompt": "And then?", "options": [{ "id": "x", "label": "X" }, { "id": "y", "label": "Y" }] }] });
-    let (session, detached) =
-        detached_and_waiting(&a, &detached_then(&format!("e2e:ask({live})")), |a| {
-            a.state.runtime.waiters.len() == 1
-        })
-        .await;
+    let (session, detached) = detached_and_waiting(
+        &a,
+        &detached_then(&format!("e2e:ask({live})")),
+        waits_for_its_question,
+    )
+    .await;
     // B holds the answer at `Owed` until it is killed there (the held task unwinds, as a
     // killed process runs nothing after the point it was at).
     let (reached, gate) = (
@@ -753,10 +769,11 @@ async fn n6_an_answer_given_elsewhere_cancels_the_superseded_permission_on_the_a
 ) {
     let a = server(&url, "a").await;
     let b = server(&url, "b").await;
-    let (session, detached) = detached_and_waiting(&a, &detached_then("e2e:permission()"), |a| {
-        a.state.runtime.permissions.len() == 1
-    })
-    .await;
+    let (session, detached) =
+        detached_and_waiting(&a, &detached_then("e2e:permission()"), |a, _| {
+            a.state.runtime.permissions.len() == 1
+        })
+        .await;
 
     answered_and_resumed_once(&a, &b, &session, &detached).await;
     let permission = a
