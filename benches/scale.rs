@@ -130,12 +130,14 @@ async fn main() {
             .count() as i64;
 
         // B2: the first page over HTTP, against a bare SELECT of the same page.
-        let door = Arc::new(FrontDoor::new(addr, &[], None));
-        let app = turnstile::api::router(state.clone(), door)
-            .into_make_service_with_connect_info::<std::net::SocketAddr>();
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
+        let door = Arc::new(FrontDoor::open_loopback(addr));
+        let app = turnstile::api::router(state.clone(), door);
+        let server = tokio::spawn(turnstile::api::serve(
+            listener,
+            app,
+            turnstile::api::Limits::default(),
+            std::future::pending(),
+        ));
         let client = reqwest::Client::new();
         let list = format!("http://{addr}/api/v1/tasks");
         let bare_sql = "SELECT * FROM tasks WHERE archived_at IS NULL \

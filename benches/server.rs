@@ -99,6 +99,38 @@ struct Server {
     base: String,
 }
 
+/// The access token of the servers under test (what users run: a token on loopback too).
+const TOKEN: &str = "bench-token-0123456789abcdef";
+
+/// An HTTP client that sends [`TOKEN`].
+fn client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {TOKEN}").parse().unwrap(),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
+/// A socket to `ws` (`ws://…/ws`) with [`TOKEN`]: (socket, handshake response) as
+/// `connect_async` gives them.
+async fn ws_connect(
+    ws: &str,
+) -> (
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    tokio_tungstenite::tungstenite::handshake::client::Response,
+) {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = ws.into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    tokio_tungstenite::connect_async(request).await.unwrap()
+}
+
 impl Server {
     /// The server with the mock agent as processes (one per session, as a real agent runs).
     async fn start(database_url: &str) -> Server {
@@ -122,6 +154,7 @@ impl Server {
             .arg("64")
             .args(args)
             .env("RUST_LOG", "warn")
+            .env("ACCESS_TOKEN", TOKEN)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -131,7 +164,7 @@ impl Server {
             child,
             base: format!("http://127.0.0.1:{port}"),
         };
-        let client = reqwest::Client::new();
+        let client = client();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(r) = client.get(format!("{}/healthz", server.base)).send().await
@@ -154,7 +187,7 @@ impl Server {
 
     /// One task list and one page, as a user opening the app would.
     async fn touch(&self) {
-        let client = reqwest::Client::new();
+        let client = client();
         for path in ["/api/v1/tasks", "/"] {
             let r = client
                 .get(format!("{}{path}", self.base))
@@ -174,7 +207,7 @@ async fn fan_out(server: &Server, k: usize) -> (Vec<Duration>, Vec<Duration>) {
     let ws = server.base.replacen("http://", "ws://", 1) + "/ws";
     let mut sockets = Vec::with_capacity(k);
     for _ in 0..k {
-        let (mut socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await.unwrap();
+        let (mut socket, _) = ws_connect(&ws).await;
         // The hello `resync` first: from here the client receives every notification.
         loop {
             if let Some(Ok(Message::Text(t))) = socket.next().await
@@ -229,7 +262,7 @@ async fn fan_out(server: &Server, k: usize) -> (Vec<Duration>, Vec<Duration>) {
             })
         })
         .collect();
-    let client = reqwest::Client::new();
+    let client = client();
     let created: Value = client
         .post(format!("{}/api/v1/tasks", server.base))
         .json(&json!({ "title": title, "prompt": "/e2e:clarification" }))
@@ -309,8 +342,8 @@ async fn round_trips(
 ) -> (f64, Vec<Duration>, Vec<String>) {
     use std::collections::HashMap;
     let ws = server.base.replacen("http://", "ws://", 1) + "/ws";
-    let (mut socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await.unwrap();
-    let client = reqwest::Client::new();
+    let (mut socket, _) = ws_connect(&ws).await;
+    let client = client();
     let mut mine: HashMap<String, usize> = HashMap::new(); // session → rounds done
     match start {
         Sessions::New(count) => {
@@ -424,8 +457,8 @@ async fn asks_in_one_turn(
 ) -> AskRun {
     use std::collections::HashMap;
     let ws = server.base.replacen("http://", "ws://", 1) + "/ws";
-    let (mut socket, _) = tokio_tungstenite::connect_async(ws.as_str()).await.unwrap();
-    let client = reqwest::Client::new();
+    let (mut socket, _) = ws_connect(&ws).await;
+    let client = client();
     let script: Vec<String> = (0..asks)
         .map(|i| {
             format!(

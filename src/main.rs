@@ -7,12 +7,56 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[cfg(feature = "ssr")]
 fn main() -> std::process::ExitCode {
+    use clap::Parser;
     limit_malloc_arenas();
+    not_dumpable();
+    let config = turnstile::server::config::Config::parse();
+    // The secrets in the environment are read once, then wiped from it (before any other
+    // thread exists).
+    let env_token = take_secret_env("ACCESS_TOKEN");
+    take_secret_env("DATABASE_URL");
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("the tokio runtime starts")
-        .block_on(serve())
+        .block_on(serve(config, env_token))
+}
+
+/// Spec "Server process": other processes of the same user — the agents this server starts
+/// among them — cannot read this process's environment (the access token, the database URL)
+/// or memory through `/proc`, nor attach a debugger. Agents also lose `CAP_SYS_PTRACE`
+/// (`agents::process`), which would let a root agent read them anyway.
+/// Reads `name` from the environment, then overwrites its value where the process's initial
+/// environment holds it (the memory `/proc/<pid>/environ` shows) and removes it: a kernel that
+/// lets a same-user process read that file despite [`not_dumpable`] finds no secret there.
+/// Call it while this is the only thread.
+#[cfg(feature = "ssr")]
+fn take_secret_env(name: &str) -> Option<String> {
+    let value = std::env::var(name).ok();
+    let key = std::ffi::CString::new(name).ok()?;
+    // SAFETY: the only thread runs this; getenv returns a pointer to the NUL-terminated value
+    // inside this process's own environment block (or null), which we overwrite within its
+    // length before unsetting the variable; nothing else holds a reference to it.
+    unsafe {
+        let p = libc::getenv(key.as_ptr());
+        if !p.is_null() {
+            std::ptr::write_bytes(p, b'*', libc::strlen(p));
+        }
+        std::env::remove_var(name);
+    }
+    value
+}
+
+#[cfg(feature = "ssr")]
+fn not_dumpable() {
+    // SAFETY: prctl(2) with PR_SET_DUMPABLE takes plain integers and touches no memory.
+    let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    if r != 0 {
+        eprintln!(
+            "warning: cannot make the server undumpable: {}",
+            std::io::Error::last_os_error()
+        );
+    }
 }
 
 /// For what still uses glibc's allocator (SQLite; decision 0031 moved Rust's allocations to
@@ -34,17 +78,20 @@ fn limit_malloc_arenas() {
 }
 
 #[cfg(feature = "ssr")]
-async fn serve() -> std::process::ExitCode {
-    use std::net::SocketAddr;
+async fn serve(
+    config: turnstile::server::config::Config,
+    env_token: Option<String>,
+) -> std::process::ExitCode {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use clap::Parser;
     use leptos::prelude::LeptosOptions;
-    use turnstile::server::auth::{FrontDoor, generate_token};
-    use turnstile::server::{config::Config, repo, startup, time::Clock};
+    use turnstile::server::auth::{FrontDoor, TokenSource, resolve_token};
+    use turnstile::server::{repo, startup, time::Clock};
 
     tracing_subscriber::fmt()
+        // Colours only on a terminal: a log file or pipe gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,sqlx=warn".into()),
@@ -55,23 +102,48 @@ async fn serve() -> std::process::ExitCode {
         eprintln!("error: {what}");
         std::process::ExitCode::FAILURE
     };
-    let config = Config::parse();
-    // Beyond loopback every client needs the access token; make one if none was given and
-    // show it once, on the terminal only (never in the log).
-    let token = match (&config.access_token, config.addr.ip().is_loopback()) {
-        (Some(t), _) if t.trim().len() < 16 => {
-            return fail("--access-token must be at least 16 characters".into());
-        }
-        (Some(t), _) => Some(t.trim().to_string()),
-        (None, true) => None,
-        (None, false) => {
-            let t = generate_token();
-            eprintln!(
-                "Turnstile listens on {} beyond this machine. Access token (log in with it, or \
-                 send `Authorization: Bearer <token>`):\n\n    {t}\n",
+    if config.access_token.is_some() {
+        return fail(
+            "--access-token is not accepted: every user of this machine can read a command \
+             line. Put the token in ACCESS_TOKEN or in a file only you can read \
+             (--access-token-file)"
+                .into(),
+        );
+    }
+    if let Err(e) = std::fs::create_dir_all(&config.data_dir) {
+        return fail(format!(
+            "cannot create data directory {}: {e}",
+            config.data_dir.display()
+        ));
+    }
+    let token = if config.no_token_on_loopback {
+        if !config.addr.ip().is_loopback() {
+            return fail(format!(
+                "--no-token-on-loopback applies to a loopback address only, not {}",
                 config.addr
-            );
-            Some(t)
+            ));
+        }
+        tracing::warn!(
+            "--no-token-on-loopback: every program and every user on this machine can use this \
+             server without a token, including starting agents with any command"
+        );
+        None
+    } else {
+        match resolve_token(
+            env_token.as_deref(),
+            config.access_token_file.as_deref(),
+            &config.data_dir,
+        ) {
+            Ok((token, source)) => {
+                if source == TokenSource::Generated {
+                    tracing::info!(
+                        file = %config.data_dir.join("access-token").display(),
+                        "generated an access token"
+                    );
+                }
+                Some(token)
+            }
+            Err(e) => return fail(e),
         }
     };
     let url = match config.resolved_database_url() {
@@ -87,13 +159,19 @@ async fn serve() -> std::process::ExitCode {
         Ok(repo) => repo,
         Err(e) => return fail(format!("cannot open database: {e}")),
     };
+    // Bound before start-up, so agents relaunched by it know the port (`--addr …:0` too).
+    let listener = match tokio::net::TcpListener::bind(config.addr).await {
+        Ok(l) => l,
+        Err(e) => return fail(format!("cannot bind {}: {e}", config.addr)),
+    };
+    let bound = listener.local_addr().unwrap_or(config.addr);
     let options = LeptosOptions::builder()
         .output_name("turnstile")
         .site_root(config.site_root.as_str())
         .site_pkg_dir("pkg")
-        .site_addr(config.addr)
+        .site_addr(bound)
         .build();
-    let runtime = match config.runtime() {
+    let runtime = match config.runtime(bound) {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot prepare the agent runtime: {e}")),
     };
@@ -101,19 +179,26 @@ async fn serve() -> std::process::ExitCode {
         Ok(state) => state,
         Err(e) => return fail(format!("start-up failed: {e}")),
     };
-    let listener = match tokio::net::TcpListener::bind(config.addr).await {
-        Ok(l) => l,
-        Err(e) => return fail(format!("cannot bind {}: {e}", config.addr)),
+    let mut door = FrontDoor::new(bound, &config.allowed_hosts, token);
+    door.cookie_secure = config.cookie_secure;
+    // The start-up line: where the server listens and, with a token, a login link that works
+    // once (the token itself is never logged).
+    let mut reach = bound;
+    if reach.ip().is_unspecified() {
+        reach.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let login_url = match door.token() {
+        Some(_) => format!(
+            "http://{reach}/login?token={}",
+            door.login_codes.mint(std::time::Instant::now())
+        ),
+        None => format!("http://{reach}/"),
     };
-    tracing::info!(addr = %config.addr, backend = ?state.repo.backend(), epoch = state.epoch, token = token.is_some(), "turnstile listening");
-    let door = Arc::new(FrontDoor::new(config.addr, &config.allowed_hosts, token));
+    tracing::info!(addr = %bound, url = %login_url, backend = ?state.repo.backend(), epoch = state.epoch, "turnstile listening");
+    let door = Arc::new(door);
     let app = turnstile::api::router(state.clone(), door);
     let stopping = state.shutdown.clone();
-    let serve = axum::serve(
-        turnstile::api::listener(listener),
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown({
+    let serve = turnstile::api::serve(listener, app, turnstile::api::Limits::default(), {
         let stopping = stopping.clone();
         async move { stopping.cancelled().await }
     });
@@ -127,21 +212,17 @@ async fn serve() -> std::process::ExitCode {
     });
     // Graceful, with a hard deadline: a client holding a stream open cannot keep us alive.
     let deadline = Duration::from_secs(config.shutdown_timeout);
-    let result = tokio::select! {
-        r = serve => r,
+    tokio::select! {
+        () = serve => {}
         _ = async { stopping.cancelled().await; tokio::time::sleep(deadline).await } => {
             tracing::warn!("open requests did not finish within {deadline:?}; exiting");
-            Ok(())
         }
-    };
+    }
     startup::finish(&state).await;
     // What the last moments wrote without acknowledging it (summaries, streamed output) goes
     // to disk before the process exits (decision 0024).
     if let Err(e) = state.durable().await {
         tracing::warn!(error = %e, "cannot sync the database before exiting");
-    }
-    if let Err(e) = result {
-        return fail(format!("server failed: {e}"));
     }
     std::process::ExitCode::SUCCESS
 }

@@ -274,7 +274,7 @@ fn teed_mock() -> [&'static str; 2] {
 }
 
 async fn mcp_status(server: &TestServer, token: &str) -> u16 {
-    reqwest::Client::new()
+    support::client()
         .post(server.url("/mcp"))
         .header("authorization", format!("Bearer {token}"))
         .header("accept", "application/json, text/event-stream")
@@ -437,7 +437,12 @@ async fn agents_get_a_minimal_environment_and_shutdown_has_a_deadline(url: Strin
         &api,
         "dump",
         "/bin/sh",
-        &["-c", r#"env > "$OUT.tmp"; mv "$OUT.tmp" "$OUT"; sleep 300"#],
+        &[
+            "-c",
+            r#"cat /proc/$PPID/environ > "$OUT.server-env" 2>&1
+               tr '\0' ' ' < /proc/$PPID/cmdline > "$OUT.server-cmdline" 2>&1
+               env > "$OUT.tmp"; mv "$OUT.tmp" "$OUT"; sleep 300"#,
+        ],
         json!({ "OUT": out.to_str().unwrap() }),
     )
     .await;
@@ -454,6 +459,20 @@ async fn agents_get_a_minimal_environment_and_shutdown_has_a_deadline(url: Strin
         env.lines().any(|l| l.starts_with("OUT=")),
         "the profile's own env"
     );
+    // Nor can it read them from its server: the server is not dumpable, the agent has no
+    // CAP_SYS_PTRACE (root included), the secrets are wiped from the server's environment
+    // block (for kernels that let the read through anyway), and the token was never on its
+    // command line.
+    let server_env = std::fs::read_to_string(dir.join("agent-env.server-env")).unwrap();
+    assert!(!server_env.contains("server-secret"), "{server_env}");
+    assert!(!server_env.contains("db.example"), "{server_env}");
+    assert!(
+        server_env.contains("Permission denied") || server_env.contains("CARGO"),
+        "the agent read the server's environment or was refused: {server_env}"
+    );
+    let cmdline = std::fs::read_to_string(dir.join("agent-env.server-cmdline")).unwrap();
+    assert!(cmdline.contains("--data-dir"), "the server's command line: {cmdline}");
+    assert!(!cmdline.contains("server-secret"), "{cmdline}");
 
     // An agent (behind a wrapper) holds an MCP call open; a shutdown still ends within its
     // deadline, and the agent, its wrapper and the wrapper's other child are gone after it.

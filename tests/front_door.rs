@@ -41,7 +41,7 @@ async fn send(
 
 async fn dns_rebinding_a_foreign_host_is_refused_on_every_route(url: String) {
     let server = TestServer::start(&url).await;
-    let c = reqwest::Client::new();
+    let c = support::client();
     let port = server.base.rsplit(':').next().unwrap().to_string();
     let evil_host = format!("evil.example:{port}");
     let before = table_counts(&url).await;
@@ -112,7 +112,7 @@ async fn dns_rebinding_a_foreign_host_is_refused_on_every_route(url: String) {
 async fn csrf_a_foreign_origin_changes_nothing(url: String) {
     let server = TestServer::start(&url).await;
     let api = support::Api::new(&server.base);
-    let c = reqwest::Client::new();
+    let c = support::client();
     let (_, task) = api.post("/api/v1/tasks", json!({ "title": "mine" })).await;
     let task_id = task["id"].as_str().unwrap().to_string();
     let before = table_counts(&url).await;
@@ -205,7 +205,7 @@ async fn csrf_a_foreign_origin_changes_nothing(url: String) {
 
 async fn server_functions_take_only_json_or_form_bodies(url: String) {
     let server = TestServer::start(&url).await;
-    let c = reqwest::Client::new();
+    let c = support::client();
     let before = table_counts(&url).await;
     // A foreign page can send text/plain without a CORS preflight; it is refused even from
     // a request that names no origin.
@@ -254,7 +254,7 @@ async fn server_functions_take_only_json_or_form_bodies(url: String) {
 
 async fn pages_forbid_framing_and_run_only_their_own_scripts(url: String) {
     let server = TestServer::start(&url).await;
-    let c = reqwest::Client::new();
+    let c = support::client();
     let r = c.get(server.url("/")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let csp = r.headers()["content-security-policy"]
@@ -311,7 +311,7 @@ async fn agent_profiles_show_env_names_never_values(url: String) {
 
 async fn api_errors_are_json_and_never_database_text(url: String) {
     let server = TestServer::start(&url).await;
-    let c = reqwest::Client::new();
+    let c = support::client();
     let api = support::Api::new(&server.base);
     let (_, task) = api
         .post("/api/v1/tasks", json!({ "title": "t", "prompt": "hello" }))

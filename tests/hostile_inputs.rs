@@ -155,7 +155,7 @@ const VOLATILE: &[(&str, &str)] = &[
 async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
-    let c = reqwest::Client::new();
+    let c = support::client();
     // Fixtures: a task whose agent waits on a question, and a session an MCP client speaks for
     // (its agent busy for far longer than the corpus takes, so it writes nothing meanwhile).
     let (task, session) = api.start_task("/e2e:clarification").await;
@@ -860,10 +860,7 @@ async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
     }
 
     // ---- the WebSocket ----
-    let ws_url = server.url("/ws").replacen("http://", "ws://", 1);
-    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
-        .await
-        .unwrap();
+    let mut ws = support::ws::connect_to(&server.base).await;
     for (name, frame) in [
         ("ws: not JSON", "hello".to_string()),
         ("ws: wrong type", json!({ "type": "response", "action": "ping" }).to_string()),
@@ -916,9 +913,7 @@ async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
         ));
     }
     *checked.entry("websocket").or_default() += 1;
-    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
-        .await
-        .unwrap();
+    let mut ws = support::ws::connect_to(&server.base).await;
     ws.send(Message::Binary(vec![1, 2, 3].into()))
         .await
         .unwrap();
@@ -931,9 +926,7 @@ async fn the_hostile_corpus_gets_clear_errors_and_writes_nothing(url: String) {
     *checked.entry("websocket").or_default() += 1;
     // A text frame that is not UTF-8 (a raw frame: the client library would refuse to build
     // one): RFC 6455 §7.4.1, 1007 "inconsistent data", with a reason.
-    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
-        .await
-        .unwrap();
+    let mut ws = support::ws::connect_to(&server.base).await;
     let bad_text = b"{\"type\": \"request\", \"action\": \"\xff\xfe\"}".to_vec();
     ws.send(Message::Frame(Frame::message(
         bad_text,

@@ -26,7 +26,7 @@ async fn i8_a_write_is_acknowledged_only_once_it_is_on_disk() {
         .repo
         .commit_counts()
         .expect("SQLite counts commits");
-    let r = reqwest::Client::new()
+    let r = support::client()
         .post(server.url("/api/v1/tasks"))
         .json(&json!({ "title": "durable" }))
         .send()
@@ -47,7 +47,7 @@ async fn i8_a_write_is_acknowledged_only_once_it_is_on_disk() {
 /// pool of writers: no such lines.
 async fn metrics_show_how_busy_sqlites_write_connection_is(url: String) {
     let server = TestServer::start(&url).await;
-    let client = reqwest::Client::new();
+    let client = support::client();
     let before = server.metrics().await;
     let r = client
         .post(server.url("/api/v1/tasks"))
@@ -108,7 +108,7 @@ fn assert_error(body: &Value, code: &str) {
 
 async fn healthz_reports_ok_after_start_up(url: String) {
     let server = TestServer::start(&url).await;
-    let (status, body) = get_json(&reqwest::Client::new(), &server.url("/healthz")).await;
+    let (status, body) = get_json(&support::client(), &server.url("/healthz")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, json!({ "status": "ok" }));
     server.stop().await;
@@ -116,7 +116,7 @@ async fn healthz_reports_ok_after_start_up(url: String) {
 
 async fn tasks_are_created_listed_and_read(url: String) {
     let server = TestServer::start(&url).await;
-    let client = reqwest::Client::new();
+    let client = support::client();
     let r = client
         .post(server.url("/api/v1/tasks"))
         .json(&json!({ "title": "Write the README", "description": "two commands", "unknown": 1 }))
@@ -169,7 +169,7 @@ async fn tasks_are_created_listed_and_read(url: String) {
 
 async fn bad_task_input_gets_a_clear_error_and_writes_nothing(url: String) {
     let server = TestServer::start(&url).await;
-    let client = reqwest::Client::new();
+    let client = support::client();
     let post = |body: reqwest::Body| {
         client
             .post(server.url("/api/v1/tasks"))
@@ -243,7 +243,7 @@ async fn p9_epoch_grows_across_restarts(url: String) {
     let e1 = first.state.epoch;
     first.stop().await;
     let second = TestServer::start(&url).await;
-    let (_, list) = get_json(&reqwest::Client::new(), &second.url("/api/v1/tasks")).await;
+    let (_, list) = get_json(&support::client(), &second.url("/api/v1/tasks")).await;
     let e2: i64 = list["epoch"].as_str().unwrap().parse().unwrap();
     assert!(e2 > e1, "epoch {e2} after restart must exceed {e1}");
     second.stop().await;
@@ -345,7 +345,7 @@ async fn pages_render_while_other_servers_start(url: String) {
         });
         async move {
             tokio::time::timeout(std::time::Duration::from_secs(20), async {
-                reqwest::get(u).await.unwrap().text().await.unwrap()
+                support::get(u).await.text().await.unwrap()
             })
             .await
             .expect("a page stalled while another server started")
@@ -364,9 +364,9 @@ async fn pages_render_while_other_servers_start(url: String) {
 
 async fn unknown_pages_render_without_panicking(url: String) {
     let server = TestServer::start(&url).await;
-    let r = reqwest::get(server.url("/no/such/page")).await.unwrap();
+    let r = support::get(server.url("/no/such/page")).await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    let r = reqwest::get(server.url("/")).await.unwrap();
+    let r = support::get(server.url("/")).await;
     assert_eq!(r.status(), StatusCode::OK);
     server.stop().await;
 }

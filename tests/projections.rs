@@ -281,7 +281,7 @@ async fn i9_skipped_newer_question_stays_cleared_across_turns_and_restart(url: S
     server.stop().await;
 
     let restarted = TestServer::start(&url).await;
-    let client = reqwest::Client::new();
+    let client = support::client();
     let task: Value = client
         .get(restarted.url(&format!("/api/v1/tasks/{}", s.task)))
         .send()
@@ -506,7 +506,7 @@ async fn p6_exhausted_retries_invalidate_and_reads_fall_back(url: String) {
     );
     assert!(s.summary().await.unwrap().invalidated);
     // A read whose repair fails returns no summary, the flag, and the authoritative action.
-    let client = reqwest::Client::new();
+    let client = support::client();
     let list: Value = client
         .get(server.url("/api/v1/tasks"))
         .send()
@@ -580,9 +580,8 @@ async fn p7_a_list_read_never_writes_back_an_older_pending_action(url: String) {
             assert_eq!(projected.body.pending_action, None);
         }
     });
-    let list: Value = reqwest::get(server.url("/api/v1/tasks"))
+    let list: Value = support::get(server.url("/api/v1/tasks"))
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -665,9 +664,8 @@ async fn p7_a_session_that_recovery_moves_to_waiting_is_projected(url: String) {
 }
 
 async fn task_activity(server: &TestServer, task: &str) -> Value {
-    let task: Value = reqwest::get(server.url(&format!("/api/v1/tasks/{task}")))
+    let task: Value = support::get(server.url(&format!("/api/v1/tasks/{task}")))
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -741,9 +739,8 @@ async fn p7_boot_and_reads_repair_a_stale_summary(url: String) {
         .cas_summary(&s.task, Some(repaired.revision), &stale, 6)
         .await
         .unwrap();
-    let list: Value = reqwest::get(booted.url("/api/v1/tasks"))
+    let list: Value = support::get(booted.url("/api/v1/tasks"))
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -788,22 +785,21 @@ async fn p8_session_list_fails_closed(url: String) {
     let s = Story::new(&server.state).await;
     let url_sessions = server.url(&format!("/api/v1/tasks/{}/sessions", s.task));
     assert_eq!(
-        reqwest::get(&url_sessions).await.unwrap().status(),
+        support::get(&url_sessions).await.status(),
         StatusCode::OK
     );
     break_loader(&url).await;
-    let r = reqwest::get(&url_sessions).await.unwrap();
+    let r = support::get(&url_sessions).await;
     assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "internal");
     mend_loader(&url).await;
     assert_eq!(
-        reqwest::get(&url_sessions).await.unwrap().status(),
+        support::get(&url_sessions).await.status(),
         StatusCode::OK
     );
-    let r = reqwest::get(server.url("/api/v1/tasks/no-such-task/sessions"))
-        .await
-        .unwrap();
+    let r = support::get(server.url("/api/v1/tasks/no-such-task/sessions"))
+        .await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     server.stop().await;
 }
@@ -815,9 +811,8 @@ async fn p1_p9_session_list_carries_pending_actions_and_revisions(url: String) {
     let t = s.turn(&newer).await;
     s.ask(&newer, &t).await;
     let get = || async {
-        let v: Value = reqwest::get(server.url(&format!("/api/v1/tasks/{}/sessions", s.task)))
+        let v: Value = support::get(server.url(&format!("/api/v1/tasks/{}/sessions", s.task)))
             .await
-            .unwrap()
             .json()
             .await
             .unwrap();

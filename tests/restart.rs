@@ -1,58 +1,15 @@
-//! Restart (issue: agents, item 6; L9, I8): the real server binary is killed while a question
+//! Restart (L9, I8): the real server binary is killed while a question
 //! waits; after a restart the question is detached and still answerable, and an answer or a
 //! prompt relaunches the agent.
 
 mod support;
 
-use std::process::Stdio;
-use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::Api;
+use support::BinaryServer;
 
-struct Server {
-    child: tokio::process::Child,
-    api: Api,
-}
-
-async fn spawn_server(database_url: &str, data_dir: &std::path::Path) -> Server {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_turnstile"))
-        .args([
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--database-url",
-            database_url,
-        ])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("--mock-agent")
-        .arg(env!("CARGO_BIN_EXE_mock_agent"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the server binary");
-    let api = Api::new(&format!("http://127.0.0.1:{port}"));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = api.client.get(format!("{}/healthz", api.base)).send().await
-            && r.status() == 200
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the server did not become healthy"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Server { child, api }
+async fn spawn_server(database_url: &str, data_dir: &std::path::Path) -> BinaryServer {
+    BinaryServer::spawn(database_url, data_dir, &[], &[]).await
 }
 
 both_http!(killed_server_keeps_the_question_answerable_and_relaunches_the_agent);

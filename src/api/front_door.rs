@@ -5,8 +5,9 @@
 //!   origin (CSRF, cross-site WebSocket) → 403;
 //! - server functions take only JSON or form bodies (a `text/plain` body needs no CORS
 //!   preflight) → 415;
-//! - with an access token, every request but the login page, health and static assets needs
-//!   it: API calls get 401, pages redirect to `/login`; repeated failures from one address → 429;
+//! - every request but the login page, health, static files and `/mcp` needs the access token,
+//!   on loopback too: API calls get 401, pages redirect to `/login`; too many wrong tokens from
+//!   one client, or from all of them, → 429;
 //! - every response carries `frame-ancestors 'none'` and friends; pages add a nonce CSP.
 //!
 //! The decisions are in `server::auth`; this file only reads headers and answers.
@@ -22,7 +23,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use crate::api::ApiError;
 use crate::model::AppError;
-use crate::server::auth::{AUTH_COOKIE, FrontDoor, cookie, same_origin};
+use crate::server::auth::{AUTH_COOKIE, Authenticated, FrontDoor, cookie, same_origin};
+use crate::server::repo::Repository;
 
 /// The CSP for every response that does not set its own (pages set a nonce-based one).
 pub const BASE_CSP: &str =
@@ -195,12 +197,14 @@ async fn with_error_status(response: Response) -> Response {
     Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
-/// Paths anyone may fetch with a token configured: the login page, health, static assets and
-/// the MCP endpoint (agents authenticate there with their own per-session bearer token).
+/// Paths anyone may fetch: the login page, health, the static files (served by a file service
+/// that answers a missing file with a plain 404 and never renders the app) and the MCP
+/// endpoint (agents authenticate there with their own per-session bearer token).
 fn is_public(path: &str) -> bool {
     path == "/login"
         || path == "/healthz"
         || path == "/favicon.svg"
+        || path == "/pkg"
         || path.starts_with("/pkg/")
         || path == "/mcp"
         || path.starts_with("/mcp/")
@@ -208,7 +212,7 @@ fn is_public(path: &str) -> bool {
 
 /// API clients and the socket get 401; pages redirect to the login page.
 fn wants_api_answer(path: &str) -> bool {
-    path.starts_with("/api/") || path == "/ws" || path == "/metrics"
+    path.starts_with("/api/") || path == "/ws" || path == "/metrics" || path == "/logout"
 }
 
 pub fn client_ip(req: &Request) -> IpAddr {
@@ -237,33 +241,68 @@ fn credential(headers: &HeaderMap) -> Credential<'_> {
     }
 }
 
-/// The access token, when one is configured: loopback clients need it too.
-pub async fn require_token(
-    State(door): State<Arc<FrontDoor>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let Some(token) = door.token() else {
-        return next.run(req).await;
+/// What the token layer reads: the door, and the repository for ended logins.
+#[derive(Clone)]
+pub struct Gate {
+    pub door: Arc<FrontDoor>,
+    pub logins: Arc<dyn Repository>,
+}
+
+/// Whether `value` is a cookie of a login that was not ended (`Ok(None)`: it is not).
+pub async fn live_login<'a>(gate: &Gate, value: &'a str) -> Result<Option<&'a str>, AppError> {
+    let Some(token) = gate.door.token() else {
+        return Ok(None);
     };
+    let Some(id) = token.login_of_cookie(value) else {
+        return Ok(None);
+    };
+    match gate.logins.login_revoked(id).await {
+        Ok(false) => Ok(Some(id)),
+        Ok(true) => Ok(None),
+        Err(e) => Err(AppError::from(e)),
+    }
+}
+
+/// Every request but the public paths needs the access token (a bearer or a login cookie),
+/// loopback clients too; only `--no-token-on-loopback` opens a loopback server. A request that
+/// passes carries [`Authenticated`], which server functions check again (`api::state`).
+pub async fn require_token(State(gate): State<Gate>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     if is_public(&path) {
         return next.run(req).await;
     }
-    let ip = client_ip(&req);
-    let now = Instant::now();
+    let Some(token) = gate.door.token() else {
+        req.extensions_mut().insert(Authenticated);
+        return next.run(req).await;
+    };
     let presented = credential(req.headers());
     let valid = match presented {
         Credential::None => false,
-        _ if door.failures.is_blocked(ip, now) => return too_many_failures(),
-        Credential::Bearer(t) => token.matches_token(t),
-        Credential::Cookie(c) => token.matches_cookie(c),
+        _ => {
+            let attempt = match gate.door.failures.begin(client_ip(&req), Instant::now()) {
+                Ok(attempt) => attempt,
+                Err(_) => return too_many_failures(),
+            };
+            let valid = match presented {
+                Credential::Bearer(t) => token.matches_token(t),
+                Credential::Cookie(c) => match live_login(&gate, c).await {
+                    Ok(login) => login.is_some(),
+                    Err(e) => {
+                        attempt.succeeded();
+                        return ApiError(e).into_response();
+                    }
+                },
+                Credential::None => false,
+            };
+            if valid {
+                attempt.succeeded();
+            }
+            valid
+        }
     };
     if valid {
+        req.extensions_mut().insert(Authenticated);
         return next.run(req).await;
-    }
-    if !matches!(presented, Credential::None) {
-        door.failures.record_failure(ip, now);
     }
     if wants_api_answer(&path) || *req.method() != Method::GET {
         return refuse(

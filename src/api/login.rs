@@ -1,27 +1,32 @@
-//! `/login`: the page a browser sees when the server has an access token (spec "Server
-//! process"). Plain HTML, no script: it works before any wasm loads. A right token sets an
-//! HttpOnly, SameSite=Strict cookie holding a digest of the token (never the token) and goes on
-//! to `next`; wrong tokens count against the address's failure budget.
+//! `/login` and `/logout` (spec "Server process"). The login page is plain HTML, no script: it
+//! works before any wasm loads. The access token, or a one-time code from the login URL the
+//! server prints at start-up (`/login?token=<code>`), opens a login: an HttpOnly,
+//! SameSite=Strict cookie naming the login, signed with a key derived from the token (never
+//! the token itself); the browser then goes on without the code in its address bar. Wrong
+//! tokens and codes count against the failure budget. `POST /logout` ends the cookie's login on
+//! every server of this database.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Form;
 use axum::extract::{FromRequest, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::front_door::{client_ip, too_many_failures};
-use crate::server::auth::{AUTH_COOKIE, FrontDoor};
+use super::front_door::{Gate, client_ip, live_login, too_many_failures};
+use crate::server::auth::{AUTH_COOKIE, FrontDoor, cookie};
 
 /// A login lasts 30 days.
-const COOKIE_MAX_AGE: u64 = 30 * 24 * 3600;
+const COOKIE_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 
 #[derive(Deserialize)]
 pub struct Next {
     #[serde(default)]
     next: Option<String>,
+    /// A one-time login code (the start-up URL).
+    #[serde(default)]
+    token: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -72,7 +77,7 @@ fn page(next: &str, error: Option<&str>) -> String {
 <body class="login">
 <main class="login-card">
 <h1 class="brand">Turnstile</h1>
-<p>This server needs its access token. It was printed when the server started, or set with <code>--access-token</code>.</p>
+<p>This server needs its access token: open the login link the server printed when it started, or paste the token from the file <code>access-token</code> in its data directory (or the <code>ACCESS_TOKEN</code> it was started with).</p>
 <form method="post" action="/login">
 <input type="hidden" name="next" value="{next}" />
 <label for="token">Access token</label>
@@ -99,13 +104,55 @@ fn html(status: StatusCode, body: String) -> Response {
     r
 }
 
-pub async fn show(Query(q): Query<Next>) -> Response {
-    html(StatusCode::OK, page(&safe_next(q.next.as_deref()), None))
+fn login_cookie(door: &FrontDoor, value: &str, max_age: Duration) -> Option<HeaderValue> {
+    let secure = if door.cookie_secure { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!(
+        "{AUTH_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        max_age.as_secs()
+    ))
+    .ok()
 }
 
-pub async fn submit(State(door): State<Arc<FrontDoor>>, req: Request) -> Response {
+/// A new login for this browser, then on to `next`.
+fn logged_in(door: &FrontDoor, next: &str) -> Response {
+    let Some(token) = door.token() else {
+        return Redirect::to(next).into_response();
+    };
+    let mut r = Redirect::to(next).into_response();
+    if let Some(v) = login_cookie(door, &token.new_login_cookie(), COOKIE_MAX_AGE) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+pub async fn show(State(gate): State<Gate>, req: Request) -> Response {
+    let Query(q) = match Query::<Next>::try_from_uri(req.uri()) {
+        Ok(q) => q,
+        Err(_) => return html(StatusCode::BAD_REQUEST, page("/", Some("Bad login link."))),
+    };
+    let next = safe_next(q.next.as_deref());
+    let Some(code) = q.token else {
+        return html(StatusCode::OK, page(&next, None));
+    };
+    let door = &gate.door;
+    let Ok(attempt) = door.failures.begin(client_ip(&req), Instant::now()) else {
+        return too_many_failures();
+    };
+    if !door.login_codes.redeem(code.trim(), Instant::now()) {
+        return html(
+            StatusCode::UNAUTHORIZED,
+            page(
+                &next,
+                Some("That login link was used already or has expired: log in with the token."),
+            ),
+        );
+    }
+    attempt.succeeded();
+    logged_in(door, &next)
+}
+
+pub async fn submit(State(gate): State<Gate>, req: Request) -> Response {
     let ip = client_ip(&req);
-    let now = Instant::now();
     let Form(form) = match Form::<LoginForm>::from_request(req, &()).await {
         Ok(f) => f,
         Err(_) => {
@@ -116,25 +163,43 @@ pub async fn submit(State(door): State<Arc<FrontDoor>>, req: Request) -> Respons
         }
     };
     let next = safe_next(form.next.as_deref());
+    let door = &gate.door;
     let Some(token) = door.token() else {
-        return axum::response::Redirect::to(&next).into_response();
+        return Redirect::to(&next).into_response();
     };
-    if door.failures.is_blocked(ip, now) {
+    let Ok(attempt) = door.failures.begin(ip, Instant::now()) else {
         return too_many_failures();
-    }
+    };
     if !token.matches_token(form.token.trim()) {
-        door.failures.record_failure(ip, now);
         return html(
             StatusCode::UNAUTHORIZED,
             page(&next, Some("That is not this server's access token.")),
         );
     }
-    let cookie = format!(
-        "{AUTH_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={COOKIE_MAX_AGE}",
-        token.cookie_value()
-    );
-    let mut r = axum::response::Redirect::to(&next).into_response();
-    if let Ok(v) = HeaderValue::from_str(&cookie) {
+    attempt.succeeded();
+    logged_in(door, &next)
+}
+
+/// Ends this browser's login: its cookie is refused from now on, on every server of this
+/// database, and the browser forgets it. (Behind the token layer: only a live login gets here.)
+pub async fn logout(State(gate): State<Gate>, req: Request) -> Response {
+    let value = req
+        .headers()
+        .get(header::COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|c| cookie(c, AUTH_COOKIE))
+        .map(str::to_string);
+    if let Some(value) = value
+        && let Ok(Some(login)) = live_login(&gate, &value).await
+    {
+        let now = crate::server::time::Clock::System.now();
+        let forget_before = now - COOKIE_MAX_AGE.as_micros() as i64;
+        if let Err(e) = gate.logins.revoke_login(login, now, forget_before).await {
+            return super::ApiError(crate::model::AppError::from(e)).into_response();
+        }
+    }
+    let mut r = Redirect::to("/login").into_response();
+    if let Some(v) = login_cookie(&gate.door, "", Duration::ZERO) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r

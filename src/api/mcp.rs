@@ -20,6 +20,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::json;
 
+use crate::server::auth::FailureLimiter;
 use crate::server::clarification::ask::parse_ask;
 use crate::server::clarification::asking::{AskOutcome, ask_and_wait};
 use crate::server::orchestrator::sessions::hash_token;
@@ -161,9 +162,16 @@ fn tool_error(message: String) -> CallToolResponse {
 }
 
 /// Which agent token opened each MCP session (`mcp-session-id`): a session answers only the
-/// token that created it, so a leaked session id is useless with another session's token.
-#[derive(Clone, Default)]
-struct Bindings(Arc<std::sync::Mutex<BindingMap>>);
+/// token that created it, so a leaked session id is useless with another session's token. One
+/// token holds at most [`SESSIONS_PER_TOKEN`] MCP sessions: opening another closes its oldest.
+#[derive(Clone)]
+struct Bindings {
+    map: Arc<std::sync::Mutex<BindingMap>>,
+    sessions: Arc<LocalSessionManager>,
+    /// Wrong tokens from beyond loopback (each costs a database read); agents are on
+    /// loopback and never wait behind someone else's failures.
+    failures: Arc<FailureLimiter>,
+}
 
 #[derive(Default)]
 struct BindingMap {
@@ -174,20 +182,37 @@ struct BindingMap {
 /// MCP sessions remembered at once; the oldest binding goes first (its session then fails
 /// closed with 404, `require_session`, and the agent initializes a new one).
 const MAX_BINDINGS: usize = 8192;
+/// MCP sessions one agent token holds open at once.
+pub const SESSIONS_PER_TOKEN: usize = 8;
 
 impl Bindings {
     /// `None`: unknown session id; `Some(true)`: opened by this token.
     fn check(&self, mcp_session: &str, token_hash: &str) -> Option<bool> {
-        let map = self.0.lock().expect("bindings lock");
+        let map = self.map.lock().expect("bindings lock");
         map.by_session.get(mcp_session).map(|h| h == token_hash)
     }
 
-    fn bind(&self, mcp_session: &str, token_hash: &str) {
-        let mut map = self.0.lock().expect("bindings lock");
+    /// Binds a new MCP session to its token; returns the sessions to close (beyond the caps).
+    fn bind(&self, mcp_session: &str, token_hash: &str) -> Vec<String> {
+        let mut map = self.map.lock().expect("bindings lock");
+        let mut closed = Vec::new();
+        let mine: Vec<String> = map
+            .order
+            .iter()
+            .filter(|id| map.by_session.get(*id).is_some_and(|h| h == token_hash))
+            .cloned()
+            .collect();
+        if mine.len() >= SESSIONS_PER_TOKEN {
+            closed.extend(mine.into_iter().take(1));
+        }
         if map.by_session.len() >= MAX_BINDINGS
-            && let Some(old) = map.order.pop_front()
+            && let Some(old) = map.order.front().cloned()
         {
-            map.by_session.remove(&old);
+            closed.push(old);
+        }
+        for old in &closed {
+            map.by_session.remove(old);
+            map.order.retain(|id| id != old);
         }
         if map
             .by_session
@@ -196,6 +221,7 @@ impl Bindings {
         {
             map.order.push_back(mcp_session.to_string());
         }
+        closed
     }
 }
 
@@ -216,6 +242,7 @@ async fn require_session(
     mut req: Request,
     next: Next,
 ) -> Response {
+    let ip = super::front_door::client_ip(&req);
     let token = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -226,10 +253,21 @@ async fn require_session(
     let Some(hash) = token.map(hash_token) else {
         return unauthorized("missing bearer token");
     };
+    let attempt = if ip.is_loopback() {
+        None
+    } else {
+        match bindings.failures.begin(ip, std::time::Instant::now()) {
+            Ok(attempt) => Some(attempt),
+            Err(_) => return super::front_door::too_many_failures(),
+        }
+    };
     let session = crate::server::orchestrator::sessions::by_token_hash(&state, &hash).await;
     let Some(session) = session else {
         return unauthorized("unknown or revoked bearer token");
     };
+    if let Some(attempt) = attempt {
+        attempt.succeeded();
+    }
     let named = req
         .headers()
         .get("mcp-session-id")
@@ -255,7 +293,15 @@ async fn require_session(
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
     {
-        bindings.bind(opened, &hash);
+        for old in bindings.bind(opened, &hash) {
+            let sessions = bindings.sessions.clone();
+            tokio::spawn(async move {
+                use rmcp::transport::streamable_http_server::session::SessionManager;
+                if let Err(e) = sessions.close_session(&old.into()).await {
+                    tracing::debug!(error = %e, "closing an MCP session beyond its cap");
+                }
+            });
+        }
     }
     response
 }
@@ -271,19 +317,25 @@ pub fn routes(state: &AppState) -> axum::Router<AppState> {
     // A shutdown ends every open stream, so a waiting agent cannot hold the process open.
     config.cancellation_token = state.shutdown.child_token();
     let handler_state = state.clone();
+    let sessions = Arc::new(sessions);
+    let bindings = Bindings {
+        map: Arc::default(),
+        sessions: sessions.clone(),
+        failures: Arc::new(FailureLimiter::standard()),
+    };
     let service = StreamableHttpService::new(
         move || {
             Ok(AskServer {
                 state: handler_state.clone(),
             })
         },
-        Arc::new(sessions),
+        sessions,
         config,
     );
     axum::Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(
-            (state.clone(), Bindings::default()),
+            (state.clone(), bindings),
             require_session,
         ))
 }

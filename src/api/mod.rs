@@ -12,8 +12,6 @@ pub mod front_door;
 #[cfg(feature = "ssr")]
 mod health;
 #[cfg(feature = "ssr")]
-mod listener;
-#[cfg(feature = "ssr")]
 mod login;
 #[cfg(feature = "ssr")]
 mod mcp;
@@ -22,6 +20,8 @@ mod rest;
 #[cfg(feature = "ssr")]
 mod router;
 #[cfg(feature = "ssr")]
+pub mod serve;
+#[cfg(feature = "ssr")]
 mod sessions;
 #[cfg(feature = "ssr")]
 mod workflows;
@@ -29,16 +29,31 @@ mod workflows;
 pub mod ws;
 
 #[cfg(feature = "ssr")]
-pub use listener::{MAX_CONNECTIONS, listener};
+pub use serve::{Limits, MAX_CONNECTIONS, serve};
 #[cfg(feature = "ssr")]
 pub use rest::{ApiError, ApiJson};
 #[cfg(feature = "ssr")]
 pub use router::{route_list, router};
 
-/// The server state behind a server function (provided by the router to every request).
+/// The server state behind a server function (provided by the router to every request), for
+/// an authenticated request only: the front door checked the token already, and every server
+/// function checks it again here (defence in depth), so a route that skipped the door by
+/// mistake still shows nothing.
 #[cfg(feature = "ssr")]
 pub fn state() -> Result<crate::server::state::AppState, crate::model::AppError> {
-    leptos::prelude::use_context::<crate::server::state::AppState>().ok_or_else(|| {
+    use leptos::prelude::use_context;
+    let authenticated = use_context::<http::request::Parts>().is_some_and(|parts| {
+        parts
+            .extensions
+            .get::<crate::server::auth::Authenticated>()
+            .is_some()
+    });
+    if !authenticated {
+        return Err(crate::model::AppError::Unauthorized(
+            "this server needs its access token (log in)".into(),
+        ));
+    }
+    use_context::<crate::server::state::AppState>().ok_or_else(|| {
         crate::model::AppError::Internal("the server state is missing from this request".into())
     })
 }
@@ -97,4 +112,38 @@ pub fn rest_routes(
         .route("/ws", get(ws::upgrade))
         .nest("/api/v1", v1)
         .merge(mcp::routes(state))
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use leptos::prelude::{Owner, provide_context};
+
+    fn parts(authenticated: bool) -> http::request::Parts {
+        let mut request = http::Request::new(());
+        if authenticated {
+            request
+                .extensions_mut()
+                .insert(crate::server::auth::Authenticated);
+        }
+        request.into_parts().0
+    }
+
+    /// Defence in depth: a server function run for a request the front door did not mark as
+    /// authenticated (a route that skipped the door by mistake) gets 401, never the state.
+    #[test]
+    fn server_functions_refuse_requests_the_door_did_not_authenticate() {
+        Owner::new().with(|| {
+            let e = super::state().err().expect("no request at all");
+            assert_eq!(e.status(), 401);
+            provide_context(parts(false));
+            let e = super::state().err().expect("not authenticated");
+            assert_eq!(e.status(), 401);
+        });
+        Owner::new().with(|| {
+            provide_context(parts(true));
+            // Authenticated: it goes on to look for the state (none in this test).
+            let e = super::state().err().expect("no state here");
+            assert_eq!(e.status(), 500);
+        });
+    }
 }

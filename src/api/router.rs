@@ -13,6 +13,7 @@ use leptos_axum::{AxumRouteListing, LeptosRoutes, generate_route_list};
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::services::{ServeDir, ServeFile};
 use tower_http::set_header::SetResponseHeaderLayer;
 
 use super::{front_door, login, rest};
@@ -38,29 +39,56 @@ pub fn route_list() -> &'static [AxumRouteListing] {
 
 pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
     let routes = route_list().to_vec();
+    let gate = front_door::Gate {
+        door: door.clone(),
+        logins: state.repo.clone(),
+    };
+    // The static files: a file service that answers anything it does not hold (a missing file,
+    // a directory, an encoded `..`) with a plain 404, never with a rendered page.
+    let site = std::path::PathBuf::from(&*state.leptos_options.site_root);
+    let files = ServeDir::new(site.join("pkg")).append_index_html_on_directories(false);
     let app = Router::new()
         .merge(super::rest_routes(&state))
         .route(
             "/login",
             get(login::show)
                 .post(login::submit)
-                .with_state(door.clone()),
+                .with_state(gate.clone()),
         )
+        .route(
+            "/logout",
+            axum::routing::post(login::logout).with_state(gate.clone()),
+        )
+        .nest_service("/pkg", files)
+        .route_service("/favicon.svg", ServeFile::new(site.join("favicon.svg")))
         .leptos_routes(&state, routes, {
             let options = state.leptos_options.clone();
             move || shell(options.clone())
         })
-        // Not-found pages render the app too, so they get the same context as routes.
-        .fallback(leptos_axum::file_and_error_handler_with_context::<
-            AppState,
-            _,
-        >(
-            {
-                let state = state.clone();
-                move || provide_context(state.clone())
-            },
-            shell,
-        ))
+        // Any other path is a page of the app's that does not exist: rendered (behind the
+        // token like every page) with the same context as the routes, answered 404.
+        .fallback({
+            let render = leptos_axum::render_app_to_stream_with_context(
+                {
+                    let state = state.clone();
+                    move || provide_context(state.clone())
+                },
+                {
+                    let options = state.leptos_options.clone();
+                    move || shell(options.clone())
+                },
+            );
+            move |req: axum::extract::Request| {
+                let render = render.clone();
+                async move {
+                    let mut response = render(req).await;
+                    if response.status() == axum::http::StatusCode::OK {
+                        *response.status_mut() = axum::http::StatusCode::NOT_FOUND;
+                    }
+                    response
+                }
+            }
+        })
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             durable_before_answer,
@@ -75,6 +103,14 @@ pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
     // token, server-function body rules and the in-flight cap.
     app.layer(
         ServiceBuilder::new()
+            // The request id is always this server's own: a client's would let it forge the
+            // id an error answer points the log at.
+            .layer(axum::middleware::map_request(
+                |mut req: axum::extract::Request| async move {
+                    req.headers_mut().remove("x-request-id");
+                    req
+                },
+            ))
             .layer(SetRequestIdLayer::new(
                 x_request_id.clone(),
                 MakeRequestUuid,
@@ -100,6 +136,11 @@ pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
                 header::REFERRER_POLICY,
                 HeaderValue::from_static("same-origin"),
             ))
+            // No other site may embed what this server answers (Spectre-style reads).
+            .layer(SetResponseHeaderLayer::overriding(
+                HeaderName::from_static("cross-origin-resource-policy"),
+                HeaderValue::from_static("same-origin"),
+            ))
             // Every answer revalidates before reuse (files answer 304 when unchanged), so the
             // main wasm module and its page chunks always come from one build (B7; split
             // builds are not interchangeable, docs/decisions/0013-browser-bundle-size.md).
@@ -110,7 +151,7 @@ pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
             .layer(axum::middleware::from_fn(front_door::default_csp))
             .layer(axum::middleware::from_fn(front_door::check_origin))
             .layer(axum::middleware::from_fn_with_state(
-                door,
+                gate,
                 front_door::require_token,
             ))
             .layer(axum::middleware::from_fn(

@@ -39,10 +39,21 @@ pub struct Config {
     /// forwards. Loopback names and the bound address are always allowed.
     #[arg(long = "allowed-host", value_name = "HOST")]
     pub allowed_hosts: Vec<String>,
-    /// Required from every client when set (bearer for API clients, a login for browsers).
-    /// Binding a non-loopback address without one generates a token and prints it once.
-    #[arg(long, env = "ACCESS_TOKEN", hide_env_values = true)]
+    /// A file holding the access token (readable by its owner only). Without it the token is
+    /// `ACCESS_TOKEN` from the environment, else `<data-dir>/access-token`, generated on first
+    /// start. Never on the command line, where every user of the machine can read it.
+    #[arg(long, value_name = "FILE")]
+    pub access_token_file: Option<PathBuf>,
+    /// Refused with an explanation: a token on the command line is visible to every local user.
+    #[arg(long, hide = true)]
     pub access_token: Option<String>,
+    /// Lets loopback clients in without the token (anyone on this machine, and any local
+    /// program, gets the full API). Only for a server bound to a loopback address.
+    #[arg(long)]
+    pub no_token_on_loopback: bool,
+    /// Marks the login cookie `Secure` (a TLS proxy in front of the server).
+    #[arg(long, env = "TURNSTILE_COOKIE_SECURE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub cookie_secure: bool,
     /// Seconds an agent may take to finish the ACP handshake before it is killed.
     #[arg(long, env = "TURNSTILE_AGENT_START_TIMEOUT", default_value_t = 30)]
     pub agent_start_timeout: u64,
@@ -74,14 +85,18 @@ pub fn valid_server_id(id: &str) -> bool {
 impl Config {
     /// The database URL to use: the flag/env value, or the embedded SQLite default (after
     /// creating the data directory).
-    pub fn runtime(&self) -> std::io::Result<crate::server::runtime::RuntimeConfig> {
+    /// The runtime settings of a server bound to `bound` (agents reach `/mcp` there).
+    pub fn runtime(
+        &self,
+        bound: SocketAddr,
+    ) -> std::io::Result<crate::server::runtime::RuntimeConfig> {
         let mock_agent = match &self.mock_agent {
             Some(p) => p.clone(),
             None => std::env::current_exe()?.with_file_name("mock_agent"),
         };
         std::fs::create_dir_all(&self.data_dir)?;
         // Agents reach /mcp over loopback even when the server listens on every interface.
-        let mut reach = self.addr;
+        let mut reach = bound;
         if reach.ip().is_unspecified() {
             reach.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }

@@ -143,6 +143,56 @@ macro_rules! both {
     };
 }
 
+/// The access token of every test server (spec "Server process": loopback needs one too).
+/// [`client`] and [`Api`] send it; tests of the front door make clients without it.
+pub const TEST_TOKEN: &str = "test-token-0123456789abcdef";
+
+/// How a test server guards its door.
+#[derive(Clone, Copy, Debug)]
+pub enum Access<'a> {
+    Token(&'a str),
+    /// `--no-token-on-loopback`.
+    OpenLoopback,
+}
+
+/// The static files of test servers: stand-ins for the built site (`cargo test` runs before
+/// the browser bundle is built), made once per test binary.
+pub fn site_root() -> &'static str {
+    static ROOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let root = temp_dir("site");
+        std::fs::create_dir_all(root.join("pkg")).unwrap();
+        std::fs::write(root.join("pkg/turnstile.css"), "body {}\n").unwrap();
+        std::fs::write(root.join("pkg/turnstile.js"), "export default function() {}\n").unwrap();
+        std::fs::write(root.join("favicon.svg"), "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n")
+            .unwrap();
+        root.to_str().unwrap().to_string()
+    })
+}
+
+/// An HTTP client that sends [`TEST_TOKEN`] as its bearer.
+pub fn client() -> reqwest::Client {
+    client_with_token(TEST_TOKEN)
+}
+
+/// An HTTP client that sends `token` as its bearer.
+pub fn client_with_token(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().expect("a header value"),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .expect("an HTTP client")
+}
+
+/// `GET url` with [`TEST_TOKEN`].
+pub async fn get(url: impl reqwest::IntoUrl) -> reqwest::Response {
+    client().get(url).send().await.expect("GET")
+}
+
 /// The real server (router, state, start-up) on a free loopback port, in this process.
 pub struct TestServer {
     pub base: String,
@@ -168,14 +218,25 @@ impl TestServer {
         database_url: &str,
         tune: impl FnOnce(&mut turnstile::server::runtime::RuntimeConfig),
     ) -> TestServer {
-        Self::start_configured(database_url, "127.0.0.1:0", None, tune).await
+        Self::start_configured(database_url, "127.0.0.1:0", Access::Token(TEST_TOKEN), tune).await
     }
 
-    /// Binds `bind` (e.g. `0.0.0.0:0` for LAN access) with an optional access token.
+    /// Binds `bind` (e.g. `0.0.0.0:0` for LAN access) with its door guarded by `access`.
     pub async fn start_configured(
         database_url: &str,
         bind: &str,
-        access_token: Option<&str>,
+        access: Access<'_>,
+        tune: impl FnOnce(&mut turnstile::server::runtime::RuntimeConfig),
+    ) -> TestServer {
+        Self::start_limited(database_url, bind, access, Default::default(), tune).await
+    }
+
+    /// [`TestServer::start_configured`] serving connections with `limits`.
+    pub async fn start_limited(
+        database_url: &str,
+        bind: &str,
+        access: Access<'_>,
+        limits: turnstile::api::Limits,
         tune: impl FnOnce(&mut turnstile::server::runtime::RuntimeConfig),
     ) -> TestServer {
         use leptos::prelude::LeptosOptions;
@@ -188,7 +249,7 @@ impl TestServer {
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], bound.port()));
         let options = LeptosOptions::builder()
             .output_name("turnstile")
-            .site_root("target/site")
+            .site_root(site_root())
             .site_pkg_dir("pkg")
             .site_addr(addr)
             .build();
@@ -221,15 +282,18 @@ impl TestServer {
         let state = startup::build_state(repo, options, Clock::System, runtime)
             .await
             .expect("start-up");
-        let door =
-            std::sync::Arc::new(FrontDoor::new(bound, &[], access_token.map(str::to_string)));
-        let app = turnstile::api::router(state.clone(), door)
-            .into_make_service_with_connect_info::<std::net::SocketAddr>();
-        let task = tokio::spawn(async move {
-            axum::serve(turnstile::api::listener(listener), app)
-                .await
-                .expect("serve");
-        });
+        let token = match access {
+            Access::Token(t) => Some(t.to_string()),
+            Access::OpenLoopback => None,
+        };
+        let door = std::sync::Arc::new(FrontDoor::new(bound, &[], token));
+        let app = turnstile::api::router(state.clone(), door);
+        let task = tokio::spawn(turnstile::api::serve(
+            listener,
+            app,
+            limits,
+            std::future::pending(),
+        ));
         TestServer {
             base: format!("http://{addr}"),
             state,
@@ -243,7 +307,7 @@ impl TestServer {
 
     /// `GET /metrics` (Prometheus text); it must answer 200.
     pub async fn metrics(&self) -> String {
-        let r = reqwest::get(self.url("/metrics")).await.expect("/metrics");
+        let r = get(self.url("/metrics")).await;
         assert_eq!(r.status(), reqwest::StatusCode::OK);
         r.text().await.expect("a text body")
     }
@@ -351,9 +415,10 @@ pub struct Api {
 }
 
 impl Api {
+    /// A client of the server at `base` with [`TEST_TOKEN`].
     pub fn new(base: &str) -> Api {
         Api {
-            client: reqwest::Client::new(),
+            client: client(),
             base: base.to_string(),
         }
     }
@@ -743,8 +808,8 @@ impl BinaryServer {
         Self::spawn_on("127.0.0.1", database_url, data_dir, args, env, None).await
     }
 
-    /// [`BinaryServer::spawn`] listening on `host` (`0.0.0.0`: every interface), without the
-    /// test's own `ACCESS_TOKEN`, its output (stdout: the log; stderr: what it tells the
+    /// [`BinaryServer::spawn`] listening on `host` (`0.0.0.0`: every interface), with
+    /// [`TEST_TOKEN`] as its `ACCESS_TOKEN` unless `env` says otherwise, its output (stdout: the log; stderr: what it tells the
     /// user) written to `output.0` and `output.1` when given. Reached over loopback.
     pub async fn spawn_on(
         host: &str,
@@ -754,22 +819,21 @@ impl BinaryServer {
         env: &[(&str, &str)],
         output: Option<(&std::path::Path, &std::path::Path)>,
     ) -> BinaryServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_turnstile"));
-        let (stdout, stderr) = match output {
-            Some((out, err)) => (
-                std::process::Stdio::from(std::fs::File::create(out).unwrap()),
-                std::process::Stdio::from(std::fs::File::create(err).unwrap()),
-            ),
-            None => (std::process::Stdio::null(), std::process::Stdio::inherit()),
+        // The log always goes to a file: its start-up line says which port the server bound
+        // (port 0 here: a port picked by the test could be taken by another test's connection
+        // before the server binds it).
+        let log = match output {
+            Some((out, _)) => out.to_path_buf(),
+            None => data_dir.join(format!("server-{}.log", uuid::Uuid::now_v7())),
+        };
+        let stderr = match output {
+            Some((_, err)) => std::process::Stdio::from(std::fs::File::create(err).unwrap()),
+            None => std::process::Stdio::inherit(),
         };
         command
-            .env_remove("ACCESS_TOKEN")
-            .args(["--addr", &format!("{host}:{port}")])
+            .env("ACCESS_TOKEN", TEST_TOKEN)
+            .args(["--addr", &format!("{host}:0")])
             .arg("--database-url")
             .arg(database_url)
             .arg("--data-dir")
@@ -777,16 +841,40 @@ impl BinaryServer {
             .arg("--mock-agent")
             .arg(env!("CARGO_BIN_EXE_mock_agent"))
             .args(args)
-            .env("RUST_LOG", if output.is_some() { "info" } else { "warn" })
-            .stdout(stdout)
+            .env(
+                "RUST_LOG",
+                if output.is_some() { "info" } else { "warn,turnstile=info" },
+            )
+            .stdout(std::process::Stdio::from(
+                std::fs::File::create(&log).unwrap(),
+            ))
             .stderr(stderr)
             .kill_on_drop(true);
         for (k, v) in env {
-            command.env(k, v);
+            // An empty value removes the variable (`ACCESS_TOKEN`: let the server make one).
+            if v.is_empty() {
+                command.env_remove(k);
+            } else {
+                command.env(k, v);
+            }
         }
-        let child = command.spawn().expect("start the server binary");
-        let api = Api::new(&format!("http://127.0.0.1:{port}"));
+        let mut child = command.spawn().expect("start the server binary");
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let port = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(port) = listening_port(&text) {
+                break port;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("the server exited with {status} before it listened: {text}");
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the server did not start listening: {text}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        let api = Api::new(&format!("http://127.0.0.1:{port}"));
         loop {
             if let Ok(r) = api.client.get(format!("{}/healthz", api.base)).send().await
                 && r.status() == 200
@@ -810,6 +898,13 @@ impl BinaryServer {
             libc::kill(pid, signal);
         }
     }
+}
+
+/// The port of the `turnstile listening addr=…` start-up line in a server's log.
+pub fn listening_port(log: &str) -> Option<u16> {
+    let line = log.lines().find(|l| l.contains("turnstile listening"))?;
+    let addr = line.split("addr=").nth(1)?.split_whitespace().next()?;
+    addr.rsplit(':').next()?.parse().ok()
 }
 
 /// Whether process `pid` still runs (a zombie waiting to be reaped does not).
@@ -912,4 +1007,65 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.parse().ok())
+}
+
+/// One HTTP/1.1 request sent byte for byte as given — `path` is not normalised (an HTTP
+/// library would resolve `%2e%2e` segments before sending) — answered as (status, body; a
+/// chunked body decoded).
+pub async fn raw_http(
+    base: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .expect("connect");
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        stream.read_to_end(&mut answer),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("read");
+    let text = String::from_utf8_lossy(&answer).to_string();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    if !chunked {
+        return (status, rest.to_string());
+    }
+    let mut body = String::new();
+    let mut rest = rest;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || after.len() < n {
+            break;
+        }
+        body.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    (status, body)
 }

@@ -10,8 +10,19 @@ pub type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 pub async fn connect(server: &TestServer) -> Socket {
-    let url = server.url("/ws").replacen("http://", "ws://", 1);
-    let (socket, _) = tokio_tungstenite::connect_async(url)
+    connect_to(&server.base).await
+}
+
+/// A socket to the server at `base` (`http://…`) with [`super::TEST_TOKEN`].
+pub async fn connect_to(base: &str) -> Socket {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let url = format!("{}/ws", base.replacen("http://", "ws://", 1));
+    let mut request = url.into_client_request().expect("a websocket request");
+    request.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", super::TEST_TOKEN).parse().unwrap(),
+    );
+    let (socket, _) = tokio_tungstenite::connect_async(request)
         .await
         .expect("websocket connect");
     socket

@@ -51,15 +51,30 @@ fn agent_env_from(
     env
 }
 
+/// `CAP_SYS_PTRACE` (linux/capability.h).
+const CAP_SYS_PTRACE: libc::c_ulong = 19;
+
 /// Starts `command` in its own process group with piped stdio and the minimal environment.
+/// It cannot get `CAP_SYS_PTRACE` (dropped from its bounding set before it runs): with it, an
+/// agent of a server running as root could read the server's environment and memory although
+/// the server is not dumpable (spec "Server process").
 pub fn spawn(
     command: &Path,
     args: &[String],
     env: &BTreeMap<String, String>,
     cwd: &Path,
 ) -> Result<Child, AgentError> {
-    Command::new(command)
-        .args(args)
+    let mut cmd = Command::new(command);
+    // SAFETY: runs in the child between fork and exec and makes one syscall, nothing else
+    // (async-signal-safe). Without CAP_SETPCAP it fails with EPERM, which is fine: such a
+    // process has no CAP_SYS_PTRACE to drop.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0);
+            Ok(())
+        });
+    }
+    cmd.args(args)
         .env_clear()
         .envs(agent_env(env))
         .current_dir(cwd)

@@ -41,6 +41,11 @@ pub type Unread = Box<dyn Fn() -> usize + Send>;
 /// Marks asked for and not yet put into the output, at most (one per question being asked).
 pub const MAX_WAITING_MARKS: usize = 1024;
 
+/// The longest line (one JSON-RPC message) an agent may write: T8 bounds one update to 1 MiB.
+/// A longer one ends the agent's output with an error naming the limit, before the connection
+/// would buffer it whole.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
 /// The handle that asks for marks.
 pub struct Relay {
     marks: mpsc::Sender<u64>,
@@ -65,6 +70,7 @@ impl Relay {
             owed: Vec::new(),
             out: Vec::new(),
             at_line_start: true,
+            line_bytes: 0,
             nonce: nonce.clone(),
         };
         let relay = Arc::new(Relay {
@@ -112,6 +118,8 @@ pub struct Marked<R> {
     out: Vec<u8>,
     /// Whether the last byte read from the source ended a line.
     at_line_start: bool,
+    /// Bytes of the line being read so far.
+    line_bytes: usize,
     nonce: String,
 }
 
@@ -156,8 +164,24 @@ impl<R: AsyncRead + Unpin> AsyncRead for Marked<R> {
         let before = buf.filled().len();
         match Pin::new(&mut this.source).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
-                if let Some(last) = buf.filled()[before..].last() {
+                let read = &buf.filled()[before..];
+                if let Some(last) = read.last() {
                     this.at_line_start = *last == b'\n';
+                }
+                this.line_bytes = match read.iter().rposition(|b| *b == b'\n') {
+                    Some(end) => read.len() - end - 1,
+                    None => this.line_bytes + read.len(),
+                };
+                let longest = read
+                    .split(|b| *b == b'\n')
+                    .map(<[u8]>::len)
+                    .max()
+                    .unwrap_or(0);
+                if this.line_bytes > MAX_LINE_BYTES || longest > MAX_LINE_BYTES {
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("the agent sent a message of more than {MAX_LINE_BYTES} bytes"),
+                    )));
                 }
                 return Poll::Ready(Ok(()));
             }
@@ -228,6 +252,35 @@ mod tests {
         let mut line = String::new();
         acp.read_line(&mut line).await.unwrap();
         assert!(line.contains(&format!("\"mark\":{mark}")), "{line}");
+    }
+
+    /// T8: a line longer than [`MAX_LINE_BYTES`] ends the output with an error, also when it
+    /// arrives in pieces; lines up to the limit pass.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_message_over_the_limit_ends_the_output() {
+        let (mut agent, ours) = tokio::io::duplex(64 * 1024);
+        let (_relay, acp) = Relay::wrap(ours, Box::new(|| 0));
+        let mut acp = tokio::io::BufReader::new(acp);
+        let writer = tokio::spawn(async move {
+            let mut ok = vec![b'a'; MAX_LINE_BYTES];
+            ok.push(b'\n');
+            agent.write_all(&ok).await.unwrap();
+            let piece = vec![b'b'; 4096];
+            for _ in 0..=MAX_LINE_BYTES / 4096 {
+                if agent.write_all(&piece).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut line = Vec::new();
+        acp.read_until(b'\n', &mut line).await.unwrap();
+        assert_eq!(line.len(), MAX_LINE_BYTES + 1, "a line at the limit passes");
+        let mut rest = Vec::new();
+        let err = acp.read_until(b'\n', &mut rest).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("more than"), "{err}");
+        drop(acp);
+        writer.await.unwrap();
     }
 
     /// Once the agent's output is no longer read, marks are refused instead of waited for.

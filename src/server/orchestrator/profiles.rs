@@ -87,7 +87,8 @@ pub async fn create(state: &AppState, input: CreateProfile) -> Result<AgentProfi
 }
 
 /// An edit: absent fields stay; `env` sets the given names (`None` removes one). Values stay
-/// write-only: a client never needs to resend the ones it cannot see.
+/// write-only: a client never needs to resend the ones it cannot see — unless it changes the
+/// program (A6).
 #[derive(Clone, Debug, Default, serde::Deserialize)]
 pub struct ProfileEdit {
     #[serde(default)]
@@ -115,7 +116,18 @@ pub async fn update(
             "the bundled mock profile cannot be changed".into(),
         ));
     }
-    let mut env = current.env_values();
+    // A6: a new command or new args drop the stored values, unless this request sets them
+    // again: whoever cannot read them must not be able to hand them to a program they chose.
+    let program_changes = edit.command.as_ref().is_some_and(|c| *c != current.command)
+        || edit
+            .args
+            .as_ref()
+            .is_some_and(|a| *a != current.args_list());
+    let mut env = if program_changes {
+        BTreeMap::new()
+    } else {
+        current.env_values()
+    };
     for (name, value) in edit.env {
         match value {
             Some(v) => env.insert(name, v),

@@ -22,6 +22,10 @@ use crate::model::MessageKind;
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 /// Buffered bytes that are written at once, without waiting for the interval.
 pub const FLUSH_BYTES: usize = 64 * 1024;
+/// T8: the most text one transcript row holds; a longer reply is cut, with [`CUT_MARKER`].
+pub const MESSAGE_BYTES: usize = 1 << 20;
+/// Ends a reply that was cut at [`MESSAGE_BYTES`].
+pub const CUT_MARKER: &str = "\n\n[… cut: a transcript row holds at most 1 MiB]";
 
 /// One reply being streamed: its message id (once written) and content so far.
 #[derive(Debug)]
@@ -34,6 +38,8 @@ struct Open {
     content: String,
     /// How much of `content` the database has.
     written: usize,
+    /// Cut at [`MESSAGE_BYTES`]: later chunks of this reply are dropped.
+    cut: bool,
     /// The session's foreign-row count when this reply began.
     mark: u64,
 }
@@ -118,9 +124,24 @@ impl StreamMerge {
             id: None,
             content: String::new(),
             written: 0,
+            cut: false,
             mark,
         });
-        open.content.push_str(chunk);
+        if open.cut {
+            return;
+        }
+        let room = MESSAGE_BYTES.saturating_sub(open.content.len());
+        if chunk.len() <= room {
+            open.content.push_str(chunk);
+        } else {
+            let mut end = room;
+            while !chunk.is_char_boundary(end) {
+                end -= 1;
+            }
+            open.content.push_str(&chunk[..end]);
+            open.content.push_str(CUT_MARKER);
+            open.cut = true;
+        }
         self.since.get_or_insert(now);
     }
 
@@ -205,6 +226,27 @@ mod tests {
         content: &str,
     ) -> (Option<String>, MessageKind, String) {
         (id.map(str::to_string), kind, content.to_string())
+    }
+
+    /// T8: a reply stops growing at [`MESSAGE_BYTES`] (cut on a character boundary, marked
+    /// once); what the agent sends after is dropped.
+    #[test]
+    fn t8_a_reply_is_cut_at_the_row_limit() {
+        let now = Instant::now();
+        let mut m = StreamMerge::default();
+        let big = "é".repeat(MESSAGE_BYTES / 2 - 1); // two bytes each
+        m.push(Text, &big, 0, now);
+        m.push(Text, "xyz€€€", 0, now);
+        m.push(Text, "more", 0, now);
+        let writes = take(&mut m);
+        assert_eq!(writes.len(), 1);
+        let content = &writes[0].2;
+        assert!(content.ends_with(CUT_MARKER), "marked once, at the end");
+        assert_eq!(content.matches(CUT_MARKER).count(), 1);
+        let kept = &content[..content.len() - CUT_MARKER.len()];
+        assert!(kept.len() <= MESSAGE_BYTES);
+        assert!(kept.ends_with("xy"), "cut inside the chunk, on a boundary");
+        assert!(!content.contains("more"));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod authority;
 mod authority_store;
 mod connections;
+mod logins;
 mod outbox;
 mod postgres;
 mod profiles;
@@ -24,6 +25,7 @@ use std::sync::Arc;
 
 pub use authority_store::{AuthorityStore, TaskSession};
 pub use connections::ConnectionUsage;
+pub use logins::LoginStore;
 pub use outbox::{LiveDelivery, OutboxStore};
 pub use postgres::PostgresRepository;
 pub use profiles::ProfileStore;
@@ -334,6 +336,7 @@ pub trait Repository:
     + SummaryStore
     + AuthorityStore
     + OutboxStore
+    + LoginStore
     + Send
     + Sync
     + 'static

@@ -21,7 +21,7 @@ use sqlx::{Database, IntoArguments, Pool};
 use super::connections::{Conn, ConnectionUsage, Connections, Tx};
 
 use super::{
-    AuthorityStore, Backend, OutboxStore, ProfileStore, QuestionRow, QuestionStore, RepoError,
+    AuthorityStore, Backend, LoginStore, OutboxStore, ProfileStore, QuestionRow, QuestionStore, RepoError,
     Repository, SessionStore, SummaryStore, TaskStore, TranscriptStore, WorkflowStore,
 };
 use crate::model::Question;
@@ -299,7 +299,8 @@ where
         + QuestionStore
         + SummaryStore
         + AuthorityStore
-        + OutboxStore,
+        + OutboxStore
+        + LoginStore,
 {
     fn backend(&self) -> Backend {
         DB::KIND

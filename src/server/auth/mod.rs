@@ -1,30 +1,47 @@
 //! The front door's rules (spec "Server process"), as plain functions the HTTP layers in
 //! `api::front_door` call: which `Host` names are ours (DNS rebinding), which `Origin` is the
-//! same origin (CSRF, cross-site WebSocket), and the access token that guards a server bound
-//! beyond loopback (bearer for API clients, an HttpOnly cookie for browsers).
+//! same origin (CSRF, cross-site WebSocket), and the access token every client needs, on
+//! loopback too (bearer for API clients, an HttpOnly cookie for browsers; `token.rs`), with its
+//! failure budget (`limiter.rs`).
 //!
 //! Nothing here logs a token or a cookie value.
 
-use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, SocketAddr};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+mod limiter;
+mod token;
 
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+
+pub use limiter::{
+    Attempt, FAILURE_WINDOW, FAILURES_IN_ALL, FAILURES_PER_CLIENT, FailureLimiter, Refused,
+    client_key,
+};
+pub use token::{
+    AccessToken, LOGIN_CODE_LIFETIME, LoginCodes, MIN_TOKEN_CHARS, TokenSource, generate_token,
+    resolve_token,
+};
 
 /// The browser cookie that carries a login (HttpOnly, SameSite=Strict).
 pub const AUTH_COOKIE: &str = "turnstile_auth";
+
+/// A request extension: this request passed the access-token check (or the server is an open
+/// loopback one). Server functions refuse to run without it (`api::state`).
+#[derive(Clone, Copy, Debug)]
+pub struct Authenticated;
 
 /// Everything the front door needs to decide about a request.
 pub struct FrontDoor {
     allowed_hosts: HashSet<String>,
     token: Option<AccessToken>,
+    /// Sets `Secure` on the login cookie (a TLS proxy in front: `--cookie-secure`).
+    pub cookie_secure: bool,
     pub failures: FailureLimiter,
+    pub login_codes: LoginCodes,
 }
 
 impl FrontDoor {
-    /// `bound` is the listening address; `extra_hosts` come from `--allowed-host`. With a token,
+    /// `bound` is the listening address; `extra_hosts` come from `--allowed-host`. `token` is
+    /// `None` only for a loopback server started with `--no-token-on-loopback`. With a token,
     /// the machine's own interface addresses are admitted too (LAN access).
     pub fn new(bound: SocketAddr, extra_hosts: &[String], token: Option<String>) -> FrontDoor {
         let mut allowed: HashSet<String> = ["localhost", "127.0.0.1", "[::1]"]
@@ -43,12 +60,14 @@ impl FrontDoor {
         FrontDoor {
             allowed_hosts: allowed,
             token: token.map(|t| AccessToken::new(&t)),
-            failures: FailureLimiter::new(FAILURES_PER_WINDOW, FAILURE_WINDOW),
+            cookie_secure: false,
+            failures: FailureLimiter::standard(),
+            login_codes: LoginCodes::default(),
         }
     }
 
-    /// The loopback default: no token, loopback names and the bound address only.
-    pub fn loopback(bound: SocketAddr) -> FrontDoor {
+    /// Open loopback access (`--no-token-on-loopback`): loopback names and the bound address.
+    pub fn open_loopback(bound: SocketAddr) -> FrontDoor {
         FrontDoor::new(bound, &[], None)
     }
 
@@ -116,103 +135,12 @@ pub fn same_origin(origin: Option<&str>, fetch_site: Option<&str>, host: &str) -
     }
 }
 
-/// The configured access token, kept only as digests: the bearer is compared by its SHA-256,
-/// the cookie holds a second, domain-separated digest (so the cookie is not the token itself).
-pub struct AccessToken {
-    token_digest: [u8; 32],
-    cookie_value: String,
-}
-
-impl AccessToken {
-    pub fn new(token: &str) -> AccessToken {
-        let cookie = Sha256::digest(format!("turnstile-cookie-v1:{token}").as_bytes());
-        AccessToken {
-            token_digest: Sha256::digest(token.as_bytes()).into(),
-            cookie_value: format!("{cookie:x}"),
-        }
-    }
-
-    /// Constant-time: compares digests, so neither length nor content leaks through timing.
-    pub fn matches_token(&self, presented: &str) -> bool {
-        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        bool::from(digest.ct_eq(&self.token_digest))
-    }
-
-    pub fn matches_cookie(&self, presented: &str) -> bool {
-        let a = Sha256::digest(presented.as_bytes());
-        let b = Sha256::digest(self.cookie_value.as_bytes());
-        bool::from(a.ct_eq(&b))
-    }
-
-    /// What the login sets in [`AUTH_COOKIE`].
-    pub fn cookie_value(&self) -> &str {
-        &self.cookie_value
-    }
-}
-
-/// A fresh random token for a server bound beyond loopback without one (printed once).
-pub fn generate_token() -> String {
-    format!(
-        "{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    )
-}
-
 /// The value of cookie `name` in a `Cookie` header.
 pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     header.split(';').find_map(|pair| {
         let (k, v) = pair.trim().split_once('=')?;
         (k == name).then_some(v.trim())
     })
-}
-
-const FAILURES_PER_WINDOW: u32 = 10;
-const FAILURE_WINDOW: Duration = Duration::from_secs(60);
-/// Bounds the limiter's memory: beyond this many tracked addresses the oldest windows go.
-const MAX_TRACKED: usize = 4096;
-
-/// Rate-limits failed token attempts per client address: after `limit` failures within
-/// `window`, every attempt from that address is refused until the window passes. Successful
-/// requests cost nothing (every API call carries the token). Hand-written (see
-/// docs/decisions/0008-the-front-door.md): rate-limit crates count every request, not failures.
-pub struct FailureLimiter {
-    limit: u32,
-    window: Duration,
-    seen: Mutex<HashMap<IpAddr, (Instant, u32)>>,
-}
-
-impl FailureLimiter {
-    pub fn new(limit: u32, window: Duration) -> FailureLimiter {
-        FailureLimiter {
-            limit,
-            window,
-            seen: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// True while `ip` has used up its failures for the current window.
-    pub fn is_blocked(&self, ip: IpAddr, now: Instant) -> bool {
-        let seen = self.seen.lock().expect("limiter lock");
-        seen.get(&ip)
-            .is_some_and(|(start, n)| now.duration_since(*start) < self.window && *n >= self.limit)
-    }
-
-    pub fn record_failure(&self, ip: IpAddr, now: Instant) {
-        let mut seen = self.seen.lock().expect("limiter lock");
-        if seen.len() >= MAX_TRACKED && !seen.contains_key(&ip) {
-            let window = self.window;
-            seen.retain(|_, (start, _)| now.duration_since(*start) < window);
-            if seen.len() >= MAX_TRACKED {
-                seen.clear();
-            }
-        }
-        let entry = seen.entry(ip).or_insert((now, 0));
-        if now.duration_since(entry.0) >= self.window {
-            *entry = (now, 0);
-        }
-        entry.1 += 1;
-    }
 }
 
 #[cfg(test)]
@@ -253,9 +181,9 @@ mod tests {
 
     #[test]
     fn the_bound_address_is_admitted_but_unspecified_is_not() {
-        let d = FrontDoor::loopback("192.168.1.20:3000".parse().unwrap());
+        let d = FrontDoor::open_loopback("192.168.1.20:3000".parse().unwrap());
         assert!(d.host_allowed("192.168.1.20:3000"));
-        let any = FrontDoor::loopback("0.0.0.0:3000".parse().unwrap());
+        let any = FrontDoor::open_loopback("0.0.0.0:3000".parse().unwrap());
         assert!(!any.host_allowed("0.0.0.0:3000"));
     }
 
@@ -293,35 +221,9 @@ mod tests {
     }
 
     #[test]
-    fn tokens_and_cookies_compare_by_digest() {
-        let t = AccessToken::new("s3cret");
-        assert!(t.matches_token("s3cret"));
-        assert!(!t.matches_token("s3cre"));
-        assert!(!t.matches_token(""));
-        assert!(t.matches_cookie(t.cookie_value()));
-        assert!(!t.matches_cookie("s3cret"), "the cookie is not the token");
-        assert_ne!(t.cookie_value(), "s3cret");
-    }
-
-    #[test]
     fn cookies_are_found_by_name() {
         let h = "a=1; turnstile_auth=abc ; b=2";
         assert_eq!(cookie(h, AUTH_COOKIE), Some("abc"));
         assert_eq!(cookie(h, "c"), None);
-    }
-
-    #[test]
-    fn failures_block_an_address_for_the_rest_of_the_window() {
-        let l = FailureLimiter::new(3, Duration::from_secs(60));
-        let ip: IpAddr = "10.0.0.9".parse().unwrap();
-        let other: IpAddr = "10.0.0.8".parse().unwrap();
-        let t0 = Instant::now();
-        for _ in 0..3 {
-            assert!(!l.is_blocked(ip, t0));
-            l.record_failure(ip, t0);
-        }
-        assert!(l.is_blocked(ip, t0 + Duration::from_secs(59)));
-        assert!(!l.is_blocked(other, t0));
-        assert!(!l.is_blocked(ip, t0 + Duration::from_secs(61)));
     }
 }
