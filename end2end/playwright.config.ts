@@ -6,9 +6,13 @@ import * as path from "node:path";
 // `npx playwright test` after scripts/build.sh.
 const port = Number(process.env.E2E_PORT ?? 3107);
 const dataDir = process.env.E2E_DATA_DIR ?? path.join(os.tmpdir(), `turnstile-e2e-${port}`);
-const baseURL = `http://127.0.0.1:${port}`;
-// A second server with an access token, bound to every interface as when Turnstile is used
-// from a phone on the LAN (the tests reach it over loopback, which needs the token too).
+export const baseURL = `http://127.0.0.1:${port}`;
+// Every server needs its access token, on loopback too. The servers of the suite share this
+// one, so one login (the `setup` project) opens them all: the cookie is derived from it.
+export const token = "e2e-token-0123456789abcdef";
+export const authFile = path.join(__dirname, "test-results", ".auth", "state.json");
+// A second server with another token, bound to every interface as when Turnstile is used from
+// a phone on the LAN (the tests reach it over loopback, which needs the token too).
 export const lanPort = Number(process.env.E2E_LAN_PORT ?? port + 1);
 export const lanToken = "e2e-lan-token-0123456789";
 
@@ -35,22 +39,26 @@ export default defineConfig({
   reporter: [["list"]],
   use: { baseURL, trace: "retain-on-failure" },
   projects: [
+    // Logs in once (POST /login with the token) and keeps the cookie for every other project.
+    { name: "setup", testDir: "./helpers", testMatch: /login\.setup\.ts/ },
     {
       name: "desktop",
       testDir: "./tests/desktop",
-      use: { ...devices["Desktop Chrome"], launchOptions: chromium },
+      dependencies: ["setup"],
+      use: { ...devices["Desktop Chrome"], launchOptions: chromium, storageState: authFile },
     },
     {
       name: "mobile",
       testDir: "./tests/mobile",
-      use: { ...devices["Pixel 7"], launchOptions: chromium },
+      dependencies: ["setup"],
+      use: { ...devices["Pixel 7"], launchOptions: chromium, storageState: authFile },
     },
   ],
   webServer: [
     {
       command: `../target/debug/turnstile --addr 127.0.0.1:${port} --data-dir ${dataDir}`,
       url: `${baseURL}/healthz`,
-      env: { LEPTOS_SITE_ROOT: "../target/site", RUST_LOG: "warn" },
+      env: { LEPTOS_SITE_ROOT: "../target/site", RUST_LOG: "warn", ACCESS_TOKEN: token },
       reuseExistingServer: false,
       timeout: 60_000,
       stdout: "ignore",

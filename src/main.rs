@@ -195,6 +195,17 @@ async fn serve(
         None => format!("http://{reach}/"),
     };
     tracing::info!(addr = %bound, url = %login_url, backend = ?state.repo.backend(), epoch = state.epoch, "turnstile listening");
+    if door.token().is_some() && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        eprintln!(
+            "\n    Open {login_url} to log in (the link works once; the access token is in {} \
+             unless given).\n",
+            config
+                .access_token_file
+                .clone()
+                .unwrap_or_else(|| config.data_dir.join("access-token"))
+                .display()
+        );
+    }
     let door = Arc::new(door);
     let app = turnstile::api::router(state.clone(), door);
     let stopping = state.shutdown.clone();

@@ -93,9 +93,13 @@ async fn loopback_clients_need_the_token_too(url: String) {
     server.stop().await;
 
     // Only `--no-token-on-loopback` opens it.
-    let open = TestServer::start_configured(&url, "127.0.0.1:0", Access::OpenLoopback, |_| {})
-        .await;
-    let r = client().get(open.url("/api/v1/tasks")).send().await.unwrap();
+    let open =
+        TestServer::start_configured(&url, "127.0.0.1:0", Access::OpenLoopback, |_| {}).await;
+    let r = client()
+        .get(open.url("/api/v1/tasks"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     open.stop().await;
 }
@@ -152,8 +156,7 @@ fn leaks(body: &str) -> bool {
 /// functions answer 401, pages go to the login page, and static paths answer a plain 404.
 async fn no_path_shows_application_data_without_the_token(url: String) {
     for bind in ["127.0.0.1:0", "0.0.0.0:0"] {
-        let server =
-            TestServer::start_configured(&url, bind, Access::Token(TOKEN), |_| {}).await;
+        let server = TestServer::start_configured(&url, bind, Access::Token(TOKEN), |_| {}).await;
         let api = Api {
             client: support::client_with_token(TOKEN),
             base: server.base.clone(),
@@ -180,7 +183,13 @@ async fn no_path_shows_application_data_without_the_token(url: String) {
 
         let mut paths: Vec<(String, String)> = Vec::new();
         let get = || "GET".to_string();
-        for page in ["/", "/settings", &format!("/t/{task}"), "/t/x", "/no/such/page"] {
+        for page in [
+            "/",
+            "/settings",
+            &format!("/t/{task}"),
+            "/t/x",
+            "/no/such/page",
+        ] {
             paths.push((get(), page.to_string()));
         }
         for route in turnstile::api::route_list() {
@@ -228,7 +237,13 @@ async fn no_path_shows_application_data_without_the_token(url: String) {
             }
             paths.push((get(), format!("/%2e%2e/{rest}")));
         }
-        for path in ["/pkg/", "/pkg", "/pkg/nope", "/pkg/nope.wasm", "/pkg/%2e%2e/"] {
+        for path in [
+            "/pkg/",
+            "/pkg",
+            "/pkg/nope",
+            "/pkg/nope.wasm",
+            "/pkg/%2e%2e/",
+        ] {
             paths.push((get(), path.to_string()));
         }
         for (method, path) in &paths {
@@ -236,12 +251,18 @@ async fn no_path_shows_application_data_without_the_token(url: String) {
                 &server.base,
                 method,
                 path,
-                &[("content-type", "application/json"), ("origin", &server.base)],
+                &[
+                    ("content-type", "application/json"),
+                    ("origin", &server.base),
+                ],
                 "{}",
             )
             .await;
             let status = StatusCode::from_u16(status).unwrap();
-            assert!(!leaks(&body), "{method} {path} ({status}) shows data: {body}");
+            assert!(
+                !leaks(&body),
+                "{method} {path} ({status}) shows data: {body}"
+            );
             assert!(
                 !body.contains("data-hydrated") && !body.contains("__RESOLVED_RESOURCES"),
                 "{method} {path} ({status}) rendered the app: {body}"
@@ -496,14 +517,21 @@ async fn a_lockout_survives_thousands_of_other_addresses(url: String) {
             assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
         }
     }
-    assert!(refused >= 3_000, "all clients together have a budget: {refused}");
+    assert!(
+        refused >= 3_000,
+        "all clients together have a budget: {refused}"
+    );
     let r = locked
         .get(&api)
         .header("authorization", bearer(TOKEN))
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "still locked out");
+    assert_eq!(
+        r.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "still locked out"
+    );
     server.stop().await;
 }
 
@@ -622,7 +650,11 @@ async fn the_binary_makes_a_private_token_and_logs_a_one_time_login_link(url: St
     );
     let r = client().get(&link).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert_eq!(r.headers()["location"], "/", "the code leaves the address bar");
+    assert_eq!(
+        r.headers()["location"],
+        "/",
+        "the code leaves the address bar"
+    );
     let pair = r.headers()["set-cookie"]
         .to_str()
         .unwrap()
@@ -638,13 +670,21 @@ async fn the_binary_makes_a_private_token_and_logs_a_one_time_login_link(url: St
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK, "the link logged the browser in");
     let again = client().get(&link).send().await.unwrap();
-    assert_eq!(again.status(), StatusCode::UNAUTHORIZED, "the link works once");
+    assert_eq!(
+        again.status(),
+        StatusCode::UNAUTHORIZED,
+        "the link works once"
+    );
     assert!(!again.headers().contains_key("set-cookie"));
 
     let mut child = server.child;
     child.kill().await.unwrap();
-    let logged = std::fs::read_to_string(&log).unwrap() + &std::fs::read_to_string(&terminal).unwrap();
-    assert!(!logged.contains(&token), "the token is never shown: {logged}");
+    let logged =
+        std::fs::read_to_string(&log).unwrap() + &std::fs::read_to_string(&terminal).unwrap();
+    assert!(
+        !logged.contains(&token),
+        "the token is never shown: {logged}"
+    );
 
     // The next start reuses the file; ACCESS_TOKEN wins over it.
     let server = BinaryServer::spawn_on(
@@ -708,7 +748,10 @@ async fn run_to_exit(url: &str, args: &[&str], env: &[(&str, &str)]) -> (Option<
         .await
         .expect("it exits")
         .unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 /// A token on the command line is refused with the way to give it (every local user can read
@@ -716,7 +759,10 @@ async fn run_to_exit(url: &str, args: &[&str], env: &[(&str, &str)]) -> (Option<
 async fn the_token_never_comes_from_the_command_line(url: String) {
     let (code, err) = run_to_exit(&url, &["--access-token", "a-token-0123456789abcdef"], &[]).await;
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("ACCESS_TOKEN") && err.contains("--access-token-file"), "{err}");
+    assert!(
+        err.contains("ACCESS_TOKEN") && err.contains("--access-token-file"),
+        "{err}"
+    );
     let (code, err) = run_to_exit(&url, &[], &[("ACCESS_TOKEN", "short")]).await;
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("at least 16"), "{err}");
@@ -733,12 +779,8 @@ async fn the_token_never_comes_from_the_command_line(url: String) {
     let dir = support::temp_dir("token-file");
     let file = dir.join("token");
     std::fs::write(&file, "from-a-file-0123456789abcdef\n").unwrap();
-    let (code, err) = run_to_exit(
-        &url,
-        &["--access-token-file", file.to_str().unwrap()],
-        &[],
-    )
-    .await;
+    let (code, err) =
+        run_to_exit(&url, &["--access-token-file", file.to_str().unwrap()], &[]).await;
     assert_eq!(code, Some(1), "a readable file is refused: {err}");
     assert!(err.contains("chmod 600"), "{err}");
     use std::os::unix::fs::PermissionsExt;
@@ -751,15 +793,25 @@ async fn the_token_never_comes_from_the_command_line(url: String) {
     )
     .await;
     assert_eq!(
-        tasks_status(&server, &ours_of(&server), Some("from-a-file-0123456789abcdef")).await,
+        tasks_status(
+            &server,
+            &ours_of(&server),
+            Some("from-a-file-0123456789abcdef")
+        )
+        .await,
         StatusCode::OK
     );
     let mut child = server.child;
     child.kill().await.unwrap();
 
     // Open loopback, asked for.
-    let server = BinaryServer::spawn(&url, &dir, &["--no-token-on-loopback"], &[("ACCESS_TOKEN", "")])
-        .await;
+    let server = BinaryServer::spawn(
+        &url,
+        &dir,
+        &["--no-token-on-loopback"],
+        &[("ACCESS_TOKEN", "")],
+    )
+    .await;
     assert_eq!(
         tasks_status(&server, &ours_of(&server), None).await,
         StatusCode::OK

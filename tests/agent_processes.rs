@@ -471,7 +471,10 @@ async fn agents_get_a_minimal_environment_and_shutdown_has_a_deadline(url: Strin
         "the agent read the server's environment or was refused: {server_env}"
     );
     let cmdline = std::fs::read_to_string(dir.join("agent-env.server-cmdline")).unwrap();
-    assert!(cmdline.contains("--data-dir"), "the server's command line: {cmdline}");
+    assert!(
+        cmdline.contains("--data-dir"),
+        "the server's command line: {cmdline}"
+    );
     assert!(!cmdline.contains("server-secret"), "{cmdline}");
 
     // An agent (behind a wrapper) holds an MCP call open; a shutdown still ends within its

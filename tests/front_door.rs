@@ -8,7 +8,7 @@ mod support;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::{TestServer, table_counts, ws_handshake};
+use support::{TEST_BEARER, TestServer, table_counts, ws_handshake};
 
 both_http!(
     dns_rebinding_a_foreign_host_is_refused_on_every_route,
@@ -89,7 +89,11 @@ async fn dns_rebinding_a_foreign_host_is_refused_on_every_route(url: String) {
         assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}: {text}");
     }
     assert_eq!(
-        ws_handshake(&server.base, &[("host", evil_host.as_str())]).await,
+        ws_handshake(
+            &server.base,
+            &[("host", evil_host.as_str()), ("authorization", TEST_BEARER)]
+        )
+        .await,
         Err(403),
         "the socket too"
     );
@@ -192,11 +196,15 @@ async fn csrf_a_foreign_origin_changes_nothing(url: String) {
     .await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(
-        ws_handshake(&server.base, &[("origin", &own)]).await,
+        ws_handshake(
+            &server.base,
+            &[("origin", &own), ("authorization", TEST_BEARER)]
+        )
+        .await,
         Ok(())
     );
     assert_eq!(
-        ws_handshake(&server.base, &[]).await,
+        ws_handshake(&server.base, &[("authorization", TEST_BEARER)]).await,
         Ok(()),
         "not a browser"
     );

@@ -420,7 +420,8 @@ async fn a_chunked_body_over_the_limit_gets_413_with_the_json_error_and_writes_n
     let (mut read, mut write) = tcp.into_split();
     let head = format!(
         "POST /api/v1/tasks HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+         Authorization: {}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+        support::TEST_BEARER
     );
     // 2 MiB in 64 KiB chunks, sent while the answer is read (the server answers and closes
     // before all of it is sent).

@@ -784,22 +784,15 @@ async fn p8_session_list_fails_closed(url: String) {
     let server = TestServer::start(&url).await;
     let s = Story::new(&server.state).await;
     let url_sessions = server.url(&format!("/api/v1/tasks/{}/sessions", s.task));
-    assert_eq!(
-        support::get(&url_sessions).await.status(),
-        StatusCode::OK
-    );
+    assert_eq!(support::get(&url_sessions).await.status(), StatusCode::OK);
     break_loader(&url).await;
     let r = support::get(&url_sessions).await;
     assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "internal");
     mend_loader(&url).await;
-    assert_eq!(
-        support::get(&url_sessions).await.status(),
-        StatusCode::OK
-    );
-    let r = support::get(server.url("/api/v1/tasks/no-such-task/sessions"))
-        .await;
+    assert_eq!(support::get(&url_sessions).await.status(), StatusCode::OK);
+    let r = support::get(server.url("/api/v1/tasks/no-such-task/sessions")).await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     server.stop().await;
 }

@@ -4,7 +4,6 @@
 
 mod support;
 
-
 use serde_json::{Value, json};
 use support::BinaryServer;
 

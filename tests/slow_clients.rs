@@ -63,12 +63,18 @@ async fn half_a_request_line_and_an_idle_keep_alive_are_closed_at_the_header_tim
         .unwrap();
     let mut silent = TcpStream::connect(addr).await.unwrap();
     let took = closed_after(&mut half, Duration::from_secs(10)).await;
-    assert!(took >= Duration::from_millis(900), "{took:?}: not before the timeout");
+    assert!(
+        took >= Duration::from_millis(900),
+        "{took:?}: not before the timeout"
+    );
     closed_after(&mut idle, Duration::from_secs(10)).await;
     closed_after(&mut silent, Duration::from_secs(10)).await;
     // The defaults: 10 s for a head, 30 s for a body.
     let d = turnstile::api::Limits::default();
-    assert_eq!((d.header_read, d.body_read), (Duration::from_secs(10), Duration::from_secs(30)));
+    assert_eq!(
+        (d.header_read, d.body_read),
+        (Duration::from_secs(10), Duration::from_secs(30))
+    );
     server.stop().await;
 }
 
@@ -79,9 +85,14 @@ async fn a_body_that_trickles_is_cut_at_its_deadline_and_writes_nothing() {
         body_read: Duration::from_secs(1),
         ..Default::default()
     };
-    let server =
-        TestServer::start_limited(&url, "127.0.0.1:0", Access::Token(TEST_TOKEN), limits, |_| {})
-            .await;
+    let server = TestServer::start_limited(
+        &url,
+        "127.0.0.1:0",
+        Access::Token(TEST_TOKEN),
+        limits,
+        |_| {},
+    )
+    .await;
     let before = support::table_counts(&url).await;
     let mut s = TcpStream::connect(addr_of(&server)).await.unwrap();
     let body = json!({ "title": "trickled" }).to_string();
@@ -112,8 +123,15 @@ async fn a_body_that_trickles_is_cut_at_its_deadline_and_writes_nothing() {
         !answer.starts_with("HTTP/1.1 200"),
         "a body that never finished was accepted: {answer}"
     );
-    assert!(start.elapsed() < Duration::from_secs(8), "cut at its deadline");
-    assert_eq!(support::table_counts(&url).await, before, "nothing was written");
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "cut at its deadline"
+    );
+    assert_eq!(
+        support::table_counts(&url).await,
+        before,
+        "nothing was written"
+    );
     server.stop().await;
 }
 
@@ -155,19 +173,25 @@ async fn thousands_of_idle_sockets_leave_room_for_health_and_agents() {
     assert_eq!(sockets.len(), 4096, "the kernel accepted every connection");
     // The server closes what is over a cap at once: wait for its verdicts.
     let one = IpAddr::from([127, 0, 0, 2]);
-    support::until("the server closed what one address has over its cap", async || {
-        sockets
-            .iter()
-            .filter(|(ip, s)| *ip == one && !still_open(s))
-            .count()
-            >= 2048 - limits.per_client
-    })
+    support::until(
+        "the server closed what one address has over its cap",
+        async || {
+            sockets
+                .iter()
+                .filter(|(ip, s)| *ip == one && !still_open(s))
+                .count()
+                >= 2048 - limits.per_client
+        },
+    )
     .await;
     let held_from_one = sockets
         .iter()
         .filter(|(ip, s)| *ip == one && still_open(s))
         .count();
-    assert_eq!(held_from_one, limits.per_client, "one address holds its share");
+    assert_eq!(
+        held_from_one, limits.per_client,
+        "one address holds its share"
+    );
     let held: usize = sockets.iter().filter(|(_, s)| still_open(s)).count();
     assert!(held <= limits.total - limits.loopback_reserve, "{held}");
 
@@ -199,4 +223,22 @@ async fn thousands_of_idle_sockets_leave_room_for_health_and_agents() {
     );
     drop(sockets);
     server.stop().await;
+}
+
+/// A server whose serving task ends (a test server stopped, the process's serve loop dropped)
+/// closes its idle keep-alive connections: none keeps the router, and the database pool behind
+/// it, alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_closes_its_idle_connections() {
+    let server = TestServer::start(&support::sqlite_url()).await;
+    let mut idle = TcpStream::connect(addr_of(&server)).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    idle.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    server.stop().await;
+    // Well before the 10 s header timeout.
+    closed_after(&mut idle, Duration::from_secs(5)).await;
 }

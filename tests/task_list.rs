@@ -14,7 +14,7 @@ both_http!(
     the_task_list_filters_by_title_pending_and_archived,
     bad_list_parameters_get_clear_errors,
     transcripts_page_upward_and_agent_text_is_sanitized_markdown,
-    agent_profiles_are_edited_with_write_only_values,
+    a6_agent_profiles_are_edited_with_write_only_values,
 );
 
 fn ids(page: &Value) -> Vec<String> {
@@ -235,7 +235,7 @@ async fn transcripts_page_upward_and_agent_text_is_sanitized_markdown(url: Strin
     server.stop().await;
 }
 
-async fn agent_profiles_are_edited_with_write_only_values(url: String) {
+async fn a6_agent_profiles_are_edited_with_write_only_values(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
     let (_, p) = api
@@ -255,28 +255,48 @@ async fn agent_profiles_are_edited_with_write_only_values(url: String) {
             (r.status().as_u16(), r.json::<Value>().await.unwrap())
         }
     };
-    // A new value for one name, one removed, the rest kept without ever being sent back.
-    let (status, edited) = patch(
-        json!({ "command": "/usr/bin/claude-acp2", "env": { "MODE": null, "REGION": "eu" } }),
-    )
-    .await;
+    let stored = async || {
+        server
+            .state
+            .repo
+            .get_agent_profile(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .env_values()
+    };
+    // A new value for one name, one removed, the rest kept without ever being sent back (the
+    // same command sent again is no change of program).
+    let (status, edited) =
+        patch(json!({ "command": "/usr/bin/claude-acp", "env": { "MODE": null, "REGION": "eu" } }))
+            .await;
     assert_eq!(status, 200, "{edited}");
-    assert_eq!(edited["command"], "/usr/bin/claude-acp2");
     assert_eq!(edited["env"], json!(["KEY", "REGION"]));
     assert!(!edited.to_string().contains("secret-1"));
-    let stored = server
-        .state
-        .repo
-        .get_agent_profile(&id)
-        .await
-        .unwrap()
-        .unwrap()
-        .env_values();
     assert_eq!(
-        stored.get("KEY").map(String::as_str),
+        stored().await.get("KEY").map(String::as_str),
         Some("secret-1"),
         "kept"
     );
+    // A6: a new command drops the stored values, but for those the same request sets again:
+    // whoever cannot read them cannot hand them to a program of their choice.
+    let (status, edited) = patch(
+        json!({ "command": "/bin/sh", "args": ["-c", "env >&2"], "env": { "REGION": "us" } }),
+    )
+    .await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["env"], json!(["REGION"]));
+    assert_eq!(
+        stored().await,
+        [("REGION".to_string(), "us".to_string())].into()
+    );
+    // New args alone do the same.
+    let (status, _) = patch(json!({ "env": { "KEY": "secret-2" } })).await;
+    assert_eq!(status, 200);
+    let (status, edited) = patch(json!({ "args": ["-c", "cat"] })).await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["env"], json!([]));
+    assert!(stored().await.is_empty());
     // Bad edits change nothing.
     let (status, _) = patch(json!({ "env": { "BAD-NAME": "x" } })).await;
     assert_eq!(status, 400);

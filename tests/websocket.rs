@@ -338,7 +338,10 @@ async fn the_socket_cap_refuses_one_more_and_frees_its_place_on_close(url: Strin
     let mut second = connect(&server).await;
     next_frame(&mut second, action("resync")).await;
     for _ in 0..3 {
-        assert_eq!(support::ws_handshake(&server.base, &[]).await, Err(503));
+        assert_eq!(
+            support::ws_handshake(&server.base, &[("authorization", support::TEST_BEARER)]).await,
+            Err(503)
+        );
     }
     let metrics = server.metrics().await;
     assert_eq!(
@@ -348,7 +351,9 @@ async fn the_socket_cap_refuses_one_more_and_frees_its_place_on_close(url: Strin
     );
     first.close(None).await.unwrap();
     support::until("the closed socket's place to be free", async || {
-        support::ws_handshake(&server.base, &[]).await.is_ok()
+        support::ws_handshake(&server.base, &[("authorization", support::TEST_BEARER)])
+            .await
+            .is_ok()
     })
     .await;
     drop(second);

@@ -3,6 +3,7 @@ import * as fs from "node:fs";
 import * as net from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
+import { token } from "../playwright.config";
 
 /** A free TCP port on 127.0.0.1 (asked from the kernel). */
 export async function freePort(): Promise<number> {
@@ -44,9 +45,19 @@ export class OwnServer {
   /** Starts the process and waits until /healthz answers. */
   async up(): Promise<void> {
     const binary = path.resolve(__dirname, "../../target/debug/turnstile");
+    this.log = "";
     this.child = spawn(binary, ["--addr", `127.0.0.1:${this.port}`, "--data-dir", this.dataDir], {
-      env: { ...process.env, LEPTOS_SITE_ROOT: path.resolve(__dirname, "../../target/site"), RUST_LOG: "warn", ...this.env },
-      stdio: ["ignore", "ignore", "inherit"],
+      env: {
+        ...process.env,
+        LEPTOS_SITE_ROOT: path.resolve(__dirname, "../../target/site"),
+        RUST_LOG: "warn,turnstile=info",
+        ACCESS_TOKEN: token,
+        ...this.env,
+      },
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    this.child.stdout?.on("data", (chunk: Buffer) => {
+      this.log += chunk.toString();
     });
     const deadline = Date.now() + 30_000;
     for (;;) {
@@ -60,6 +71,17 @@ export class OwnServer {
       if (Date.now() > deadline) throw new Error("turnstile did not become healthy in 30 s");
       await new Promise((r) => setTimeout(r, 50));
     }
+  }
+
+  /** What the server logged since it last started. */
+  log = "";
+
+  /** The one-time login link of the server's start-up line. */
+  loginLink(): string {
+    const line = this.log.split("\n").find((l) => l.includes("turnstile listening"));
+    const url = line?.match(/url=(\S+)/)?.[1];
+    if (!url) throw new Error(`no login link in the log: ${this.log}`);
+    return url;
   }
 
   /** Stops the process (SIGTERM) and waits for it to exit. */

@@ -23,8 +23,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use crate::api::ApiError;
 use crate::model::AppError;
-use crate::server::auth::{AUTH_COOKIE, Authenticated, FrontDoor, cookie, same_origin};
-use crate::server::repo::Repository;
+use crate::server::auth::{AUTH_COOKIE, Authenticated, FrontDoor, Logins, cookie, same_origin};
 
 /// The CSP for every response that does not set its own (pages set a nonce-based one).
 pub const BASE_CSP: &str =
@@ -241,11 +240,11 @@ fn credential(headers: &HeaderMap) -> Credential<'_> {
     }
 }
 
-/// What the token layer reads: the door, and the repository for ended logins.
+/// What the token layer reads: the door, and the logins that were ended.
 #[derive(Clone)]
 pub struct Gate {
     pub door: Arc<FrontDoor>,
-    pub logins: Arc<dyn Repository>,
+    pub logins: Logins,
 }
 
 /// Whether `value` is a cookie of a login that was not ended (`Ok(None)`: it is not).
@@ -253,14 +252,7 @@ pub async fn live_login<'a>(gate: &Gate, value: &'a str) -> Result<Option<&'a st
     let Some(token) = gate.door.token() else {
         return Ok(None);
     };
-    let Some(id) = token.login_of_cookie(value) else {
-        return Ok(None);
-    };
-    match gate.logins.login_revoked(id).await {
-        Ok(false) => Ok(Some(id)),
-        Ok(true) => Ok(None),
-        Err(e) => Err(AppError::from(e)),
-    }
+    gate.logins.live(token, value).await.map_err(AppError::from)
 }
 
 /// Every request but the public paths needs the access token (a bearer or a login cookie),

@@ -17,8 +17,7 @@ use serde::Deserialize;
 use super::front_door::{Gate, client_ip, live_login, too_many_failures};
 use crate::server::auth::{AUTH_COOKIE, FrontDoor, cookie};
 
-/// A login lasts 30 days.
-const COOKIE_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+use crate::server::auth::LOGIN_LIFETIME as COOKIE_MAX_AGE;
 
 #[derive(Deserialize)]
 pub struct Next {
@@ -191,12 +190,9 @@ pub async fn logout(State(gate): State<Gate>, req: Request) -> Response {
         .map(str::to_string);
     if let Some(value) = value
         && let Ok(Some(login)) = live_login(&gate, &value).await
+        && let Err(e) = gate.logins.end(login).await
     {
-        let now = crate::server::time::Clock::System.now();
-        let forget_before = now - COOKIE_MAX_AGE.as_micros() as i64;
-        if let Err(e) = gate.logins.revoke_login(login, now, forget_before).await {
-            return super::ApiError(crate::model::AppError::from(e)).into_response();
-        }
+        return super::ApiError(crate::model::AppError::from(e)).into_response();
     }
     let mut r = Redirect::to("/login").into_response();
     if let Some(v) = login_cookie(&gate.door, "", Duration::ZERO) {

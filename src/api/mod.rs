@@ -29,11 +29,11 @@ mod workflows;
 pub mod ws;
 
 #[cfg(feature = "ssr")]
-pub use serve::{Limits, MAX_CONNECTIONS, serve};
-#[cfg(feature = "ssr")]
 pub use rest::{ApiError, ApiJson};
 #[cfg(feature = "ssr")]
 pub use router::{route_list, router};
+#[cfg(feature = "ssr")]
+pub use serve::{Limits, MAX_CONNECTIONS, serve};
 
 /// The server state behind a server function (provided by the router to every request), for
 /// an authenticated request only: the front door checked the token already, and every server

@@ -41,7 +41,7 @@ pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
     let routes = route_list().to_vec();
     let gate = front_door::Gate {
         door: door.clone(),
-        logins: state.repo.clone(),
+        logins: crate::server::auth::Logins::of(&state),
     };
     // The static files: a file service that answers anything it does not hold (a missing file,
     // a directory, an encoded `..`) with a plain 404, never with a rendered page.

@@ -154,8 +154,9 @@ impl Admission {
     }
 }
 
-/// Serves `app` on `tcp` until `shutdown` completes, then waits for open requests to finish
-/// (upgraded sockets and streams end with the server's own shutdown; `main` bounds the wait).
+/// Serves `app` on `tcp` until `shutdown` completes (or this future is dropped), then shuts every
+/// connection down gracefully and waits for open requests to finish (upgraded sockets and
+/// streams end with the server's own shutdown; `main` bounds the wait).
 pub async fn serve(
     tcp: TcpListener,
     app: Router,
@@ -164,6 +165,9 @@ pub async fn serve(
 ) {
     let admission = Admission::new(limits.clone());
     let stopping = CancellationToken::new();
+    // Dropped (the serving task aborted) or done: every connection is shut down gracefully, so
+    // none keeps the router — and the state and database pool behind it — alive.
+    let _stop_connections = stopping.clone().drop_guard();
     let connections = TaskTracker::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -184,11 +188,12 @@ pub async fn serve(
             tracing::warn!(error = %e, "cannot set TCP_NODELAY on a connection");
         }
         let body_read = limits.body_read;
-        let service = tower::ServiceExt::map_request(app.clone(), move |req: http::Request<Incoming>| {
-            let (mut parts, body) = req.into_parts();
-            parts.extensions.insert(ConnectInfo(peer));
-            http::Request::from_parts(parts, Body::new(DeadlineBody::new(body, body_read)))
-        });
+        let service =
+            tower::ServiceExt::map_request(app.clone(), move |req: http::Request<Incoming>| {
+                let (mut parts, body) = req.into_parts();
+                parts.extensions.insert(ConnectInfo(peer));
+                http::Request::from_parts(parts, Body::new(DeadlineBody::new(body, body_read)))
+            });
         let connection = http
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
             .with_upgrades();
@@ -305,11 +310,16 @@ mod tests {
     fn one_client_beyond_loopback_gets_its_share_and_no_more() {
         let a = Admission::new(limits());
         let lan: IpAddr = "192.0.2.7".parse().unwrap();
-        let held: Vec<_> = (0..3).map(|_| a.admit(lan).expect("within its share")).collect();
+        let held: Vec<_> = (0..3)
+            .map(|_| a.admit(lan).expect("within its share"))
+            .collect();
         assert!(a.admit(lan).is_none(), "over its share");
         assert!(a.admit("192.0.2.8".parse().unwrap()).is_some());
         drop(held);
-        assert!(a.admit(lan).is_some(), "slots come back when connections close");
+        assert!(
+            a.admit(lan).is_some(),
+            "slots come back when connections close"
+        );
     }
 
     #[test]
@@ -334,9 +344,15 @@ mod tests {
         }
         assert_eq!(held.len(), 6, "total 10 minus the loopback reserve of 4");
         let local: Vec<_> = (0..4)
-            .map(|_| a.admit("127.0.0.1".parse().unwrap()).expect("kept for loopback"))
+            .map(|_| {
+                a.admit("127.0.0.1".parse().unwrap())
+                    .expect("kept for loopback")
+            })
             .collect();
-        assert!(a.admit("127.0.0.1".parse().unwrap()).is_none(), "the total cap");
+        assert!(
+            a.admit("127.0.0.1".parse().unwrap()).is_none(),
+            "the total cap"
+        );
         assert_eq!(a.open(), 10);
         drop(local);
         assert!(a.admit("::1".parse().unwrap()).is_some());

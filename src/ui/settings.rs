@@ -50,6 +50,12 @@ pub fn Settings() -> impl IntoView {
             {move || editing.get().map(|profile| view! {
                 <ProfileForm profile on_saved=move || { editing.set(None); version.update(|v| *v += 1); } />
             })}
+            <h2>"This browser"</h2>
+            <p class="muted">"Logged in with this server's access token. Logging out ends this browser's login on every server of this database."</p>
+            // A plain form: works before (and without) the wasm.
+            <form method="post" action="/logout">
+                <button type="submit" class="secondary" data-testid="logout">"Log out"</button>
+            </form>
         </section>
     }
 }
@@ -140,6 +146,7 @@ where
             {(!existing.is_empty()).then(|| view! {
                 <fieldset class="env">
                     <legend>"Environment (values are never shown)"</legend>
+                    <p class="muted">"A new command or new arguments clear these values unless you enter them again here."</p>
                     {existing
                         .into_iter()
                         .map(|k| {

@@ -146,6 +146,8 @@ macro_rules! both {
 /// The access token of every test server (spec "Server process": loopback needs one too).
 /// [`client`] and [`Api`] send it; tests of the front door make clients without it.
 pub const TEST_TOKEN: &str = "test-token-0123456789abcdef";
+/// `Authorization` with [`TEST_TOKEN`].
+pub const TEST_BEARER: &str = "Bearer test-token-0123456789abcdef";
 
 /// How a test server guards its door.
 #[derive(Clone, Copy, Debug)]
@@ -163,9 +165,16 @@ pub fn site_root() -> &'static str {
         let root = temp_dir("site");
         std::fs::create_dir_all(root.join("pkg")).unwrap();
         std::fs::write(root.join("pkg/turnstile.css"), "body {}\n").unwrap();
-        std::fs::write(root.join("pkg/turnstile.js"), "export default function() {}\n").unwrap();
-        std::fs::write(root.join("favicon.svg"), "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n")
-            .unwrap();
+        std::fs::write(
+            root.join("pkg/turnstile.js"),
+            "export default function() {}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("favicon.svg"),
+            "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n",
+        )
+        .unwrap();
         root.to_str().unwrap().to_string()
     })
 }
@@ -843,7 +852,11 @@ impl BinaryServer {
             .args(args)
             .env(
                 "RUST_LOG",
-                if output.is_some() { "info" } else { "warn,turnstile=info" },
+                if output.is_some() {
+                    "info"
+                } else {
+                    "warn,turnstile=info"
+                },
             )
             .stdout(std::process::Stdio::from(
                 std::fs::File::create(&log).unwrap(),

@@ -24,6 +24,45 @@ pub use token::{
 /// The browser cookie that carries a login (HttpOnly, SameSite=Strict).
 pub const AUTH_COOKIE: &str = "turnstile_auth";
 
+/// Logins and their end (`POST /logout`): a cookie signed by the token names a login, which is
+/// live until it is revoked for every server of the database.
+#[derive(Clone)]
+pub struct Logins {
+    repo: std::sync::Arc<dyn crate::server::repo::Repository>,
+    clock: crate::server::time::Clock,
+}
+
+/// How long a login lasts (its cookie's `Max-Age`); a revocation is kept as long.
+pub const LOGIN_LIFETIME: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+impl Logins {
+    pub fn of(state: &crate::server::state::AppState) -> Logins {
+        Logins {
+            repo: state.repo.clone(),
+            clock: state.clock.clone(),
+        }
+    }
+
+    /// The login a cookie `value` names, when `token` signed it and it was not ended.
+    pub async fn live<'a>(
+        &self,
+        token: &AccessToken,
+        value: &'a str,
+    ) -> Result<Option<&'a str>, crate::server::repo::RepoError> {
+        let Some(id) = token.login_of_cookie(value) else {
+            return Ok(None);
+        };
+        Ok((!self.repo.login_revoked(id).await?).then_some(id))
+    }
+
+    /// Ends login `id` on every server of this database.
+    pub async fn end(&self, id: &str) -> Result<(), crate::server::repo::RepoError> {
+        let now = self.clock.now();
+        let forget_before = now - LOGIN_LIFETIME.as_micros() as i64;
+        self.repo.revoke_login(id, now, forget_before).await
+    }
+}
+
 /// A request extension: this request passed the access-token check (or the server is an open
 /// loopback one). Server functions refuse to run without it (`api::state`).
 #[derive(Clone, Copy, Debug)]

@@ -164,7 +164,10 @@ impl LoginCodes {
         if live.len() >= MAX_LOGIN_CODES {
             live.remove(0);
         }
-        live.push((Sha256::digest(code.as_bytes()).into(), now + LOGIN_CODE_LIFETIME));
+        live.push((
+            Sha256::digest(code.as_bytes()).into(),
+            now + LOGIN_CODE_LIFETIME,
+        ));
         code
     }
 
@@ -212,7 +215,11 @@ mod tests {
         assert_eq!(t.login_of_cookie(""), None);
         assert_eq!(t.login_of_cookie("s3cret-s3cret-s3cret"), None);
         let other = AccessToken::new("another-token-entirely");
-        assert_eq!(other.login_of_cookie(&a), None, "a new token ends every login");
+        assert_eq!(
+            other.login_of_cookie(&a),
+            None,
+            "a new token ends every login"
+        );
     }
 
     #[test]

@@ -12,8 +12,12 @@ use crate::server::time::Micros;
 pub trait LoginStore: Send + Sync {
     /// Revokes `login_id` at `at`, and forgets revocations made before `forget_before` (their
     /// cookies have expired).
-    async fn revoke_login(&self, login_id: &str, at: Micros, forget_before: Micros)
-    -> RepoResult<()>;
+    async fn revoke_login(
+        &self,
+        login_id: &str,
+        at: Micros,
+        forget_before: Micros,
+    ) -> RepoResult<()>;
 
     async fn login_revoked(&self, login_id: &str) -> RepoResult<bool>;
 }
@@ -51,12 +55,13 @@ where
     }
 
     async fn login_revoked(&self, login_id: &str) -> RepoResult<bool> {
-        Ok(sqlx::query_as::<DB, (i64,)>(
-            "SELECT COUNT(*) FROM revoked_logins WHERE login_id = $1",
+        Ok(
+            sqlx::query_as::<DB, (i64,)>("SELECT COUNT(*) FROM revoked_logins WHERE login_id = $1")
+                .bind(login_id)
+                .fetch_one(&mut *self.reader().await?)
+                .await?
+                .0
+                > 0,
         )
-        .bind(login_id)
-        .fetch_one(&mut *self.reader().await?)
-        .await?
-        .0 > 0)
     }
 }

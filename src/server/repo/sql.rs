@@ -21,8 +21,8 @@ use sqlx::{Database, IntoArguments, Pool};
 use super::connections::{Conn, ConnectionUsage, Connections, Tx};
 
 use super::{
-    AuthorityStore, Backend, LoginStore, OutboxStore, ProfileStore, QuestionRow, QuestionStore, RepoError,
-    Repository, SessionStore, SummaryStore, TaskStore, TranscriptStore, WorkflowStore,
+    AuthorityStore, Backend, LoginStore, OutboxStore, ProfileStore, QuestionRow, QuestionStore,
+    RepoError, Repository, SessionStore, SummaryStore, TaskStore, TranscriptStore, WorkflowStore,
 };
 use crate::model::Question;
 
