@@ -1,12 +1,12 @@
 import { Page } from "@playwright/test";
 import * as path from "node:path";
-import { OwnServer } from "./server";
+import { OwnServer, authedFetch } from "./server";
 
 /** The README's screenshots: a server of their own with a small, realistic workspace. */
 export async function workspaceForScreenshots(): Promise<{ server: OwnServer; asking: { id: string; session: string } }> {
   const server = await OwnServer.start();
   const post = async (p: string, data: unknown) => {
-    const r = await fetch(`${server.url}/api/v1${p}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(data) });
+    const r = await authedFetch(`${server.url}/api/v1${p}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(data) });
     return r.json();
   };
   const plan = [
@@ -22,7 +22,7 @@ export async function workspaceForScreenshots(): Promise<{ server: OwnServer; as
   ].join("\n");
   const waitIdle = async (taskId: string) => {
     for (let i = 0; i < 200; i++) {
-      const t = await (await fetch(`${server.url}/api/v1/tasks/${taskId}`)).json();
+      const t = await (await authedFetch(`${server.url}/api/v1/tasks/${taskId}`)).json();
       if (t.status_summary && t.status_summary.body?.primary_session?.state !== "running") return;
       await new Promise((r) => setTimeout(r, 25));
     }

@@ -5,6 +5,13 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { token } from "../playwright.config";
 
+/** `fetch` with the suite's access token as a bearer (every server needs it, loopback too). */
+export function authedFetch(url: string, init: RequestInit = {}): Promise<Response> {
+  const headers = new Headers(init.headers);
+  headers.set("authorization", `Bearer ${token}`);
+  return fetch(url, { ...init, headers });
+}
+
 /** A free TCP port on 127.0.0.1 (asked from the kernel). */
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {

@@ -1,6 +1,6 @@
 import { expect, test } from "../../helpers/fixtures";
 import { gateSocket } from "../../helpers/api";
-import { OwnServer } from "../../helpers/server";
+import { OwnServer, authedFetch } from "../../helpers/server";
 
 // While the server is away the page says so; when it is back the page reconnects by itself
 // and shows what changed meanwhile (P10: refetch on connect), without a reload.
@@ -10,7 +10,7 @@ test("reconnect after a server restart shows fresh state", async ({ page }) => {
   test.setTimeout(90_000);
   const server = await OwnServer.start();
   const post = (path: string, data: unknown, method = "POST") =>
-    fetch(`${server.url}/api/v1${path}`, { method, headers: { "content-type": "application/json" }, body: JSON.stringify(data) }).then((r) => r.json());
+    authedFetch(`${server.url}/api/v1${path}`, { method, headers: { "content-type": "application/json" }, body: JSON.stringify(data) }).then((r) => r.json());
   try {
     const task = await post("/tasks", { title: "Before the restart" });
     const gate = await gateSocket(page);

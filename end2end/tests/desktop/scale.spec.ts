@@ -1,5 +1,5 @@
 import { expect, test } from "../../helpers/fixtures";
-import { OwnServer } from "../../helpers/server";
+import { OwnServer, authedFetch } from "../../helpers/server";
 
 // Issue 8 / design/performance.md: 10,000 tasks must not make the page heavier than the first
 // page. The server renders one page of the sidebar and of the board; the rest comes by
@@ -13,7 +13,7 @@ async function createTasks(url: string, from: number, to: number) {
   const worker = async () => {
     while (next < to) {
       const n = next++;
-      const r = await fetch(`${url}/api/v1/tasks`, {
+      const r = await authedFetch(`${url}/api/v1/tasks`, {
         method: "POST",
         headers: { "content-type": "application/json" },
         body: JSON.stringify({ title: `Bulk task ${String(n).padStart(5, "0")}` }),
@@ -25,7 +25,7 @@ async function createTasks(url: string, from: number, to: number) {
 }
 
 async function pageBytes(url: string): Promise<{ bytes: number; rows: number }> {
-  const html = await (await fetch(`${url}/`)).text();
+  const html = await (await authedFetch(`${url}/`)).text();
   return { bytes: html.length, rows: html.split('data-testid="sidebar-task-item"').length - 1 };
 }
 

@@ -18,15 +18,24 @@ test("settings: add an agent profile and edit it; environment values are never s
   await expect(row).toContainText("env: MY_AGENT_KEY");
   await expect(page.locator("body")).not.toContainText("super-secret-value");
 
+  // A6: a new command keeps a value only when it is entered again (the form says so).
   await row.getByRole("button", { name: "Edit" }).click();
   await expect(page.getByLabel("New value for MY_AGENT_KEY")).toHaveValue("");
+  await expect(form).toContainText("A new command or new arguments clear these values");
   await form.getByLabel("Command", { exact: true }).fill("/opt/agents/my-agent");
+  await page.getByLabel("New value for MY_AGENT_KEY").fill("another-secret-value");
   await page.getByTestId("agent-profile-save").click();
   await expect(row).toContainText("/opt/agents/my-agent --acp --quiet");
   await expect(row).toContainText("env: MY_AGENT_KEY");
+  await row.getByRole("button", { name: "Edit" }).click();
+  await form.getByLabel("Command", { exact: true }).fill("/opt/agents/other-agent");
+  await page.getByTestId("agent-profile-save").click();
+  await expect(row).toContainText("/opt/agents/other-agent --acp --quiet");
+  await expect(row).not.toContainText("env: MY_AGENT_KEY");
 
   const listed = await (await request.get("/api/v1/agent-profiles")).text();
   expect(listed).toContain(name);
   expect(listed).not.toContain("super-secret-value");
+  expect(listed).not.toContain("another-secret-value");
   // The new profile is offered when starting a session.
 });
