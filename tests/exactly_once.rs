@@ -18,6 +18,7 @@ both_http!(
     d1_l18_an_answer_whose_call_ended_at_the_hand_over_is_owed_or_undone_never_lost,
     d2_an_agent_crash_keeps_the_owed_answer_and_the_next_prompt_delivers_it_first,
     d2_l18_a_crash_before_the_owed_answers_wake_up_leaves_it_owed_until_the_user_acts,
+    d2_l18_a_message_after_a_crash_with_an_owed_answer_launches_the_agent,
     d3_an_answer_behind_an_open_turn_is_owed_at_once_and_survives_a_failed_dispatch,
     d4_n3_a_rejection_while_the_turn_is_open_advances_the_task_once,
     d5_a_failed_finalize_hands_nothing_over_and_nothing_reopens_after_restart,
@@ -31,6 +32,8 @@ both_http!(
     d10_n3_a_turn_completed_by_start_up_recovery_runs_its_step_action,
     d10_several_selected_options_reach_the_agent_live,
     d11_script_lines_go_on_after_an_ask_timeout,
+    d12_l18_a_prompt_never_starts_while_an_answer_is_owed,
+    d12_l18_a_queued_prompt_waits_for_an_answer_owed_as_the_turn_ends,
     i8_a_failed_sync_hands_the_answer_to_nobody,
 );
 both!(d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it);
@@ -319,6 +322,152 @@ async fn d2_l18_a_crash_before_the_owed_answers_wake_up_leaves_it_owed_until_the
         .await;
     assert_eq!(status.as_u16(), 200, "{body}");
     api.wait_turns_done(&session, 2).await;
+    assert_eq!(resumes(&api, &session).await, 1, "I4");
+    server.stop().await;
+}
+
+/// L18, as a user met it: the question times out but the turn goes on, the user answers
+/// (owed behind the open turn), the agent then exits; the session waits for input and the next
+/// message launches the agent, which hears the owed answer first and then the message.
+async fn d2_l18_a_message_after_a_crash_with_an_owed_answer_launches_the_agent(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    // The agent goes on working after its question times out (4 s), then exits.
+    let script = timeout_then("e2e:message(\"working\")\ne2e:delay(4000)\ne2e:exit(3)");
+    let (task, session) = api.start_task(&script).await;
+    let pending = api.pending_id(&session).await;
+    wait_detached(&api, &pending).await;
+    api.wait_for_message(&session, "the agent still working", |m| {
+        m["content"]
+            .as_str()
+            .is_some_and(|c| c.ends_with("working"))
+    })
+    .await;
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    api.wait_for(&format!("/api/v1/tasks/{task}"), "the crash shown", |t| {
+        t["status_summary"]["last_error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("exited") && m.contains("answer is kept"))
+    })
+    .await;
+    assert_eq!(session_of(&api, &task).await["state"], "waiting_for_input");
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "e2e:message(\"after\")" }),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    api.wait_turns_done(&session, 3).await;
+    let lines = api.agent_lines(&session).await;
+    let resumed = lines
+        .iter()
+        .position(|l| l.starts_with("Thanks, continuing"));
+    let after = lines.iter().position(|l| l == "after");
+    assert!(resumed.is_some() && resumed < after, "{lines:?}");
+    assert_eq!(resumes(&api, &session).await, 1, "I4");
+    assert!(
+        server
+            .state
+            .repo
+            .owed_resumes(&session)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    server.stop().await;
+}
+
+/// L18/I4 (a prompt overtook an owed resume): the prompt read "nothing owed", the answer
+/// became owed, then the prompt's turn was inserted as the newest; the owed resume was never
+/// current again and never dispatched although the user got 200. Forced: the prompt is held
+/// right before its turn's insert while the answer is owed.
+async fn d12_l18_a_prompt_never_starts_while_an_answer_is_owed(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, session) = api.start_task(SHORT_TIMEOUT).await;
+    let pending = api.pending_id(&session).await;
+    api.wait_turns_done(&session, 1).await;
+    let (arrived, go) = pause_at(&server, Point::TurnInsert);
+    let prompt = {
+        let (client, url) = (
+            api.client.clone(),
+            format!("{}/api/v1/sessions/{session}/prompt", api.base),
+        );
+        tokio::spawn(async move {
+            let r = client
+                .post(url)
+                .json(&json!({ "content": "e2e:message(\"after\")" }))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        })
+    };
+    arrived.acquire().await.unwrap().forget();
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    server.state.hooks.clear(Point::TurnInsert);
+    go.add_permits(1);
+    let (status, body) = prompt.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    api.wait_turns_done(&session, 3).await;
+    let lines = api.agent_lines(&session).await;
+    let resumed = lines
+        .iter()
+        .position(|l| l.starts_with("Thanks, continuing"));
+    let after = lines.iter().position(|l| l == "after");
+    assert!(resumed.is_some() && resumed < after, "{lines:?}");
+    assert_eq!(resumes(&api, &session).await, 1, "I4");
+    assert!(
+        server
+            .state
+            .repo
+            .owed_resumes(&session)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    server.stop().await;
+}
+
+/// L18/I4, the same window at a turn's end: a queued prompt is about to start as the turn
+/// ends, and the answer to the turn's detached question becomes owed right then. The answer
+/// goes first, then the prompt.
+async fn d12_l18_a_queued_prompt_waits_for_an_answer_owed_as_the_turn_ends(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, session) = api
+        .start_task(&timeout_then("e2e:delay(2000)\ne2e:message(\"done\")"))
+        .await;
+    let pending = api.pending_id(&session).await;
+    wait_detached(&api, &pending).await;
+    let (arrived, go) = pause_at(&server, Point::TurnInsert);
+    // Queued behind the open turn, started (and held) when it ends.
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "e2e:message(\"after\")" }),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), &body["queued"]),
+        (200, &json!(true)),
+        "{body}"
+    );
+    arrived.acquire().await.unwrap().forget();
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    server.state.hooks.clear(Point::TurnInsert);
+    go.add_permits(1);
+    api.wait_turns_done(&session, 3).await;
+    let lines = api.agent_lines(&session).await;
+    let resumed = lines
+        .iter()
+        .position(|l| l.starts_with("Thanks, continuing"));
+    let after = lines.iter().position(|l| l == "after");
+    assert!(resumed.is_some() && resumed < after, "{lines:?}");
     assert_eq!(resumes(&api, &session).await, 1, "I4");
     server.stop().await;
 }
@@ -619,8 +768,8 @@ async fn d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it(repo: Arc<dy
             .is_none(),
         "I4"
     );
-    // Forced: a turn that started after an answer was owed (the worker never lets a prompt
-    // overtake an owed resume). The stale owed turn is never moved ahead of it (L5).
+    // L18/I4: while an answer is owed no turn starts (the guard is in the insert itself), and
+    // an answer owed after a newer turn began (its clock read earlier) is the newest turn.
     let t1 = repo.insert_turn(&turn(70)).await.unwrap();
     let (b2, _) = repo
         .insert_bundle(
@@ -646,12 +795,50 @@ async fn d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it(repo: Arc<dy
         .await
         .unwrap()
         .unwrap();
-    let prompt = repo.insert_turn(&turn(80)).await.unwrap();
-    assert!(!repo.dispatch_resume(&stale.id, 90).await.unwrap());
+    assert!(matches!(
+        repo.insert_turn(&turn(80)).await,
+        Err(turnstile::server::repo::RepoError::ResumeOwed(_))
+    ));
     assert_eq!(
         repo.current_turn_id(&session.id).await.unwrap(),
-        Some(prompt.id)
+        Some(stale.id.clone())
     );
+    assert!(repo.dispatch_resume(&stale.id, 90).await.unwrap());
+    assert!(repo.complete_turn(&stale.id, 91).await.unwrap());
+    let t3 = repo.insert_turn(&turn(200)).await.unwrap();
+    let (b3, _) = repo
+        .insert_bundle(
+            &NewBundle {
+                pending_id: None,
+                session_id: session.id.clone(),
+                turn_id: t3.id.clone(),
+                context: None,
+                dedup_key: "k3".into(),
+                questions: vec![],
+                message_content: "?".into(),
+            },
+            201,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        repo.claim_bundle(&b3.pending_id, &claim, 202)
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    let newer = repo.insert_turn(&turn(300)).await.unwrap();
+    let late = repo
+        .owe_resume(&b3.pending_id, "resume", 250)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(late.started_at > newer.started_at, "{late:?}");
+    assert_eq!(
+        repo.current_turn_id(&session.id).await.unwrap(),
+        Some(late.id.clone())
+    );
+    assert!(repo.dispatch_resume(&late.id, 400).await.unwrap());
 }
 
 /// Defect 6 (service): the resume runs as the current turn, before prompts queued behind it.

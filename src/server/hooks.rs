@@ -71,6 +71,24 @@ pub enum Point {
     /// Before commits are synced to disk (`AppState::durable`, I8, decision 0024); a failure
     /// armed here stands for a failed sync.
     Durable,
+    /// A prompt is about to start its turn (L18: an answer may become owed right now); the key
+    /// is the session id.
+    TurnInsert,
+    /// The agent is gone and its session is about to be failed or left waiting for an owed
+    /// answer (L18); the key is the session id.
+    Failing,
+    /// An agent's permission request is about to be written into the current turn (N6); the
+    /// key is the session id.
+    PermissionAsked,
+    /// A completed turn's step action is about to run or be deferred (N3); the key is the
+    /// session id.
+    StepGuard,
+    /// An ask's bundle was read back, before the asker decides whether to wait (L15); the key is
+    /// the pending id.
+    AskRead,
+    /// A server took the waiting call an answer was offered to, before it records the delivery
+    /// (L15 across servers); the key is the pending id.
+    Accepting,
 }
 
 impl Point {
@@ -95,6 +113,12 @@ impl Point {
             Point::ReconcileReads => "reconcile-reads",
             Point::AskWritten => "ask-written",
             Point::Durable => "durable",
+            Point::TurnInsert => "turn-insert",
+            Point::Failing => "failing",
+            Point::PermissionAsked => "permission-asked",
+            Point::StepGuard => "step-guard",
+            Point::AskRead => "ask-read",
+            Point::Accepting => "accepting",
         }
     }
 }

@@ -62,6 +62,9 @@ pub enum RepoError {
     /// A failure a test injected at a named point (`server::hooks`).
     #[error("injected failure at {0}")]
     Injected(&'static str),
+    /// Nothing written: the session owes its agent an answer, which goes first (L18).
+    #[error("session {0} owes its agent an answer, which goes first")]
+    ResumeOwed(String),
 }
 
 pub type RepoResult<T> = Result<T, RepoError>;

@@ -281,17 +281,32 @@ where
         at: Micros,
     ) -> RepoResult<Option<TurnRecord>> {
         let mut tx = self.write_tx().await?;
-        // Lock order (decision 0028): the bundle row first, then the session row (taken by the
-        // turn insert's `current_turn_id` trigger). Marking after the insert would hold the
-        // session and then wait for a bundle whose own writer waits for that session.
-        sqlx::query::<DB>(DELIVERY_RECORDED)
-            .bind(pending_id)
-            .execute(&mut *tx)
+        // Lock order (decision 0028): the bundle row first, then the session row. The session is
+        // locked before the turn is inserted, so the insert reads every turn committed for the
+        // session so far (a prompt's turn among them).
+        let Some((session_id,)) =
+            sqlx::query_as::<DB, (String,)>(stmt!("{DELIVERY_RECORDED} RETURNING session_id"))
+                .bind(pending_id)
+                .fetch_optional(&mut *tx)
+                .await?
+        else {
+            return Ok(None);
+        };
+        sqlx::query::<DB>(DB::LOCK_SESSION)
+            .bind(&session_id)
+            .fetch_optional(&mut *tx)
             .await?;
+        // L18/I4: the owed resume is the session's newest turn, so it is current (L1) until it
+        // is dispatched — a turn started meanwhile with a later clock cannot leave it stranded
+        // behind itself (no prompt starts while it is owed: `insert_turn`).
         let turn = sqlx::query_as::<DB, TurnRecord>(stmt!(
             "INSERT INTO turns (id, session_id, task_id, started_at, completed_at, created_at, \
              reservation, resume_pending_id, resume_prompt) \
-             SELECT $1, b.session_id, b.task_id, $3, NULL, $3, 'attempted', b.pending_id, $4 \
+             SELECT $1, b.session_id, b.task_id, \
+                    (SELECT CASE WHEN MAX(t.started_at) >= $3 THEN MAX(t.started_at) + 1 \
+                                 ELSE $3 END \
+                     FROM turns t WHERE t.session_id = b.session_id), \
+                    NULL, $3, 'attempted', b.pending_id, $4 \
              FROM clarification_bundles b JOIN sessions s ON s.id = b.session_id \
              WHERE b.pending_id = $2 AND b.status = 'answered' \
                AND s.state NOT IN ('completed', 'failed', 'cancelled') \

@@ -20,6 +20,7 @@ impl RowsAffected for sqlx::postgres::PgQueryResult {
 impl SqlBackend for Postgres {
     const KIND: Backend = Backend::Postgres;
     const BEGIN_WRITE: &'static str = "BEGIN";
+    const LOCK_SESSION: &'static str = "SELECT 1 FROM sessions WHERE id = $1 FOR NO KEY UPDATE";
 
     fn postgres_options(pool: &sqlx::Pool<Self>) -> Option<sqlx::postgres::PgConnectOptions> {
         Some((*pool.connect_options()).clone())

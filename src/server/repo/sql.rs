@@ -243,7 +243,16 @@ pub trait SqlBackend: Database<Arguments: IntoArguments<Self>, QueryResult: Rows
     /// How a write transaction begins. SQLite: `BEGIN IMMEDIATE`, so a read-then-write
     /// transaction never fails to upgrade its lock.
     const BEGIN_WRITE: &'static str;
+    /// Locks session `$1`'s row for the rest of a write transaction, so the transaction's next
+    /// statements read what every earlier writer of that session committed (PostgreSQL: READ
+    /// COMMITTED re-reads at each statement, and a guard in a subquery is not re-checked after
+    /// a lock wait). SQLite's write transaction holds the database already: a plain read.
+    const LOCK_SESSION: &'static str;
 }
+
+/// L18/I4: the session has a resume that is owed (accepted, not yet dispatched). Its answer
+/// goes to the agent before any new prompt; guards of statements on `sessions s`.
+pub(super) const NO_OWED_RESUME: &str = "NOT EXISTS (SELECT 1 FROM turns ow     WHERE ow.session_id = s.id AND ow.reservation = 'attempted' AND ow.resume_prompt IS NOT NULL)";
 
 /// `rows_affected` of either backend's query result.
 pub trait RowsAffected {

@@ -26,6 +26,7 @@ impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
 impl SqlBackend for Sqlite {
     const KIND: Backend = Backend::Sqlite;
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    const LOCK_SESSION: &'static str = "SELECT 1 FROM sessions WHERE id = $1";
 
     fn postgres_options(_: &sqlx::Pool<Self>) -> Option<sqlx::postgres::PgConnectOptions> {
         None

@@ -4,7 +4,8 @@ use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, Type};
 
 use super::sql::{
-    MESSAGE_COLUMNS, MESSAGE_WRITTEN, RowsAffected, SqlBackend, SqlRepository, TURN_COLUMNS, stmt,
+    MESSAGE_COLUMNS, MESSAGE_WRITTEN, NO_OWED_RESUME, RowsAffected, SqlBackend, SqlRepository,
+    TURN_COLUMNS, stmt,
 };
 use super::{
     MessageRecord, MessageWritten, NewMessage, NewTurn, RepoError, RepoResult, TurnRecord, new_id,
@@ -67,19 +68,33 @@ where
 {
     async fn insert_turn(&self, new: &NewTurn) -> RepoResult<TurnRecord> {
         let id = new.id.clone().unwrap_or_else(new_id);
-        sqlx::query_as::<DB, TurnRecord>(stmt!(
+        let mut tx = self.write_tx().await?;
+        let exists = sqlx::query::<DB>(DB::LOCK_SESSION)
+            .bind(&new.session_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some();
+        if !exists {
+            return Err(RepoError::NotFound(format!("session {}", new.session_id)));
+        }
+        // L18/I4: a prompt never starts while an answer is owed; the guard is in the statement
+        // that writes (after the session lock, so an owe committed meanwhile is seen).
+        let turn = sqlx::query_as::<DB, TurnRecord>(stmt!(
             "INSERT INTO turns (id, session_id, task_id, started_at, completed_at, created_at, \
              reservation, resume_pending_id) \
-             SELECT $1, s.id, s.task_id, $3, NULL, $4, 'none', NULL FROM sessions s WHERE s.id = $2 \
+             SELECT $1, s.id, s.task_id, $3, NULL, $4, 'none', NULL FROM sessions s \
+             WHERE s.id = $2 AND {NO_OWED_RESUME} \
              RETURNING {TURN_COLUMNS}"
         ))
         .bind(&id)
         .bind(&new.session_id)
         .bind(new.started_at)
         .bind(new.created_at)
-        .fetch_optional(&mut *self.writer().await?)
+        .fetch_optional(&mut *tx)
         .await?
-        .ok_or_else(|| RepoError::NotFound(format!("session {}", new.session_id)))
+        .ok_or_else(|| RepoError::ResumeOwed(new.session_id.clone()))?;
+        tx.commit().await?;
+        Ok(turn)
     }
 
     async fn complete_turn(&self, turn_id: &str, at: Micros) -> RepoResult<bool> {

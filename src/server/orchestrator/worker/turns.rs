@@ -5,7 +5,7 @@ use super::{MAX_QUEUED_PROMPTS, PromptAccepted, Worker, WorkerError};
 use crate::model::{AppError, MessageAuthor, MessageKind, SessionState};
 use crate::server::agents;
 use crate::server::orchestrator::{publish, sessions, workflow};
-use crate::server::repo::{NewMessage, NewTurn};
+use crate::server::repo::{NewMessage, NewTurn, RepoError};
 use crate::server::runtime::WaiterMsg;
 use crate::server::summary::projector;
 
@@ -30,22 +30,41 @@ impl Worker {
             // At the cap with every agent busy: refuse before anything is written.
             self.admit()
                 .map_err(|e| AppError::Unavailable(e.to_string()))?;
-            // L18: what is owed goes first; the prompt then waits behind the resume.
-            match self.deliver_owed().await {
-                Ok(false) => {
-                    let turn_id = self.start_turn(content).await.inspect_err(|_| {
-                        if self.agent.is_none() {
-                            self.state.runtime.agents.leave(&self.session_id);
+            // L18: what is owed goes first; the prompt then waits behind the resume. An answer
+            // owed after the look and before the prompt's turn is refused by that turn's insert:
+            // then it goes first too (one more look; a second owe in that window is the user's
+            // own second answer, and the prompt then waits behind both).
+            let mut first = true;
+            loop {
+                match self.deliver_owed().await {
+                    Ok(false) => match self.start_turn(content.clone()).await {
+                        Ok(Some(turn_id)) => {
+                            return Ok(PromptAccepted {
+                                queued: false,
+                                turn_id: Some(turn_id),
+                                queue_position: None,
+                            });
                         }
-                    })?;
-                    return Ok(PromptAccepted {
-                        queued: false,
-                        turn_id: Some(turn_id),
-                        queue_position: None,
-                    });
+                        Ok(None) if first => {
+                            first = false;
+                            continue;
+                        }
+                        Ok(None) => {
+                            return Err(AppError::Unavailable(
+                                "an answer is being delivered to the agent first; send again"
+                                    .into(),
+                            ));
+                        }
+                        Err(e) => {
+                            if self.agent.is_none() {
+                                self.state.runtime.agents.leave(&self.session_id);
+                            }
+                            return Err(e);
+                        }
+                    },
+                    Ok(true) => break,
+                    Err(e) => return Err(e.into()),
                 }
-                Ok(true) => {}
-                Err(e) => return Err(e.into()),
             }
         }
         if self.queue.len() >= MAX_QUEUED_PROMPTS {
@@ -73,10 +92,15 @@ impl Worker {
     }
 
     /// A new turn with the user's message, then the prompt to the agent. A new turn
-    /// supersedes a detached question of the previous one (L20, L5).
-    pub(super) async fn start_turn(&mut self, content: String) -> Result<String, AppError> {
+    /// supersedes a detached question of the previous one (L20, L5). `Ok(None)`: nothing
+    /// written, because an answer is owed to the agent and goes first (L18).
+    pub(super) async fn start_turn(&mut self, content: String) -> Result<Option<String>, AppError> {
+        self.state
+            .hooks
+            .run(crate::server::hooks::Point::TurnInsert, &self.session_id)
+            .await;
         let now = self.state.clock.now();
-        let turn = self
+        let turn = match self
             .state
             .repo
             .insert_turn(&NewTurn {
@@ -85,7 +109,12 @@ impl Worker {
                 started_at: now,
                 created_at: now,
             })
-            .await?;
+            .await
+        {
+            Ok(turn) => turn,
+            Err(RepoError::ResumeOwed(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
         let revision = self.state.next_pending_revision().await;
         let message = self
             .state
@@ -113,7 +142,7 @@ impl Worker {
         self.stream.break_here();
         if let Err(e) = self.ensure_agent().await {
             self.fail(&e.to_string()).await;
-            return Ok(turn.id);
+            return Ok(Some(turn.id));
         }
         sessions::set_state(&self.state, &self.session_id, SessionState::Running).await?;
         // I8: the agent acts on the prompt only once its turn is on disk (decision 0024).
@@ -123,7 +152,7 @@ impl Worker {
             agent.connection.prompt(content);
         }
         self.clear_error().await;
-        Ok(turn.id)
+        Ok(Some(turn.id))
     }
 
     /// L18: delivers the oldest owed resume, relaunching the agent if needed. `Ok(true)` when
@@ -244,8 +273,17 @@ impl Worker {
         }
         if let Some(next) = self.queue.pop_front() {
             self.queue_changed().await;
-            if let Err(e) = self.start_turn(next).await {
-                tracing::error!(error = %e, "cannot start the queued prompt");
+            match self.start_turn(next.clone()).await {
+                Ok(Some(_)) => {}
+                // An answer became owed meanwhile (L18): it goes first, the prompt after it.
+                Ok(None) => {
+                    self.queue.push_front(next);
+                    self.queue_changed().await;
+                    if let Err(e) = self.deliver_owed().await {
+                        tracing::warn!(session_id = %self.session_id, error = %e, "owed resume not delivered");
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "cannot start the queued prompt"),
             }
         } else {
             let r =
