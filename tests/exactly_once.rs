@@ -34,6 +34,7 @@ both_http!(
     d11_script_lines_go_on_after_an_ask_timeout,
     d12_l18_a_prompt_never_starts_while_an_answer_is_owed,
     d12_l18_a_queued_prompt_waits_for_an_answer_owed_as_the_turn_ends,
+    d13_l18_an_answer_owed_while_the_agent_crashes_leaves_the_session_waiting,
     i8_a_failed_sync_hands_the_answer_to_nobody,
 );
 both!(d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it);
@@ -468,6 +469,47 @@ async fn d12_l18_a_queued_prompt_waits_for_an_answer_owed_as_the_turn_ends(url: 
         .position(|l| l.starts_with("Thanks, continuing"));
     let after = lines.iter().position(|l| l == "after");
     assert!(resumed.is_some() && resumed < after, "{lines:?}");
+    assert_eq!(resumes(&api, &session).await, 1, "I4");
+    server.stop().await;
+}
+
+/// L18/I4: the agent crashed and its session was about to fail when the answer to its detached
+/// question became owed; the session failed anyway and the accepted answer was never
+/// delivered. A session with an owed answer is never failed: it waits, and its next launch
+/// delivers the answer. Forced: the crash is held right before the session's move while the
+/// answer is owed.
+async fn d13_l18_an_answer_owed_while_the_agent_crashes_leaves_the_session_waiting(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (arrived, go) = pause_at(&server, Point::Failing);
+    let (task, session) = api.start_task(&timeout_then("e2e:exit(3)")).await;
+    let pending = api.pending_id(&session).await;
+    arrived.acquire().await.unwrap().forget();
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    go.add_permits(1);
+    api.wait_for(&format!("/api/v1/tasks/{task}"), "the crash shown", |t| {
+        t["status_summary"]["last_error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("exited"))
+    })
+    .await;
+    let s = session_of(&api, &task).await;
+    assert_eq!(
+        s["state"], "waiting_for_input",
+        "not failed: an answer is owed"
+    );
+    assert_eq!(
+        bundle(&api, &pending).await["status"],
+        "answered",
+        "final (L18)"
+    );
+    server.state.hooks.clear(Point::Failing);
+    let (status, body) = api
+        .post(&format!("/api/v1/sessions/{session}/retry"), json!({}))
+        .await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    api.wait_turns_done(&session, 2).await;
     assert_eq!(resumes(&api, &session).await, 1, "I4");
     server.stop().await;
 }

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Type};
 
-use super::sql::{RowsAffected, SESSION_COLUMNS, SqlBackend, SqlRepository, stmt};
+use super::sql::{RowsAffected, SESSION_COLUMNS, SqlBackend, SqlRepository, no_owed_resume, stmt};
 use super::{NewSession, RepoResult, SessionRecord, new_id};
 use crate::model::SessionState;
 use crate::server::time::Micros;
@@ -146,7 +146,19 @@ where
         state: SessionState,
         at: Micros,
     ) -> RepoResult<Option<SessionRecord>> {
-        move_session(&mut *self.writer().await?, id, state, at).await
+        if state != SessionState::Failed {
+            return move_session(&mut *self.writer().await?, id, state, at).await;
+        }
+        // The session row first: the guard then reads every owed resume committed so far
+        // (an owe locks this row before it inserts its turn).
+        let mut tx = self.write_tx().await?;
+        sqlx::query::<DB>(DB::LOCK_SESSION)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let moved = move_session(&mut *tx, id, state, at).await?;
+        tx.commit().await?;
+        Ok(moved)
     }
 
     async fn set_primary_session(&self, id: &str) -> RepoResult<bool> {
@@ -339,19 +351,24 @@ where
     for<'r> SessionRecord: FromRow<'r, DB::Row>,
 {
     let starts = matches!(state, SessionState::Starting | SessionState::Running);
+    // L18/I4: a session that owes its agent an answer never fails; it waits for the next
+    // launch, which delivers the answer first.
     Ok(sqlx::query_as::<DB, SessionRecord>(stmt!(
         "UPDATE sessions SET state = $2, \
          started_at = CASE WHEN $3 AND started_at IS NULL THEN $5 ELSE started_at END, \
          completed_at = CASE WHEN $4 THEN $5 ELSE completed_at END, \
          mcp_token_hash = CASE WHEN $4 THEN NULL ELSE mcp_token_hash END \
          WHERE id = $1 AND state <> $2 AND state NOT IN ('completed', 'failed', 'cancelled') \
-         RETURNING {SESSION_COLUMNS}"
+           AND ($6 = FALSE OR {no_owed}) \
+         RETURNING {SESSION_COLUMNS}",
+        no_owed = no_owed_resume("sessions.id")
     ))
     .bind(id)
     .bind(state.as_str())
     .bind(starts)
     .bind(state.is_terminal())
     .bind(at)
+    .bind(state == SessionState::Failed)
     .fetch_optional(executor)
     .await?)
 }

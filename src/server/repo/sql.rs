@@ -252,7 +252,13 @@ pub trait SqlBackend: Database<Arguments: IntoArguments<Self>, QueryResult: Rows
 
 /// L18/I4: the session has a resume that is owed (accepted, not yet dispatched). Its answer
 /// goes to the agent before any new prompt; guards of statements on `sessions s`.
-pub(super) const NO_OWED_RESUME: &str = "NOT EXISTS (SELECT 1 FROM turns ow     WHERE ow.session_id = s.id AND ow.reservation = 'attempted' AND ow.resume_prompt IS NOT NULL)";
+pub(super) const NO_OWED_RESUME: &str = "NOT EXISTS (SELECT 1 FROM turns ow \
+    WHERE ow.session_id = s.id AND ow.reservation = 'attempted' AND ow.resume_prompt IS NOT NULL)";
+
+/// [`NO_OWED_RESUME`] for the session whose id is the SQL expression `session_id`.
+pub(super) fn no_owed_resume(session_id: &str) -> String {
+    NO_OWED_RESUME.replace("s.id", session_id)
+}
 
 /// `rows_affected` of either backend's query result.
 pub trait RowsAffected {

@@ -7,6 +7,7 @@ use crate::model::SessionState;
 use crate::server::agents;
 use crate::server::orchestrator::{publish, sessions};
 use crate::server::repo::Backend;
+use crate::server::runtime::WaiterMsg;
 
 impl Worker {
     pub(super) async fn ensure_agent(&mut self) -> Result<(), WorkerError> {
@@ -100,8 +101,25 @@ impl Worker {
         Ok(())
     }
 
-    /// Drops the agent: its process group is killed, its MCP token revoked, its slot freed and
-    /// its waiting permission requests cancelled (N6).
+    /// The agent is gone: its questions' calls still registered on this server can no longer
+    /// hear an answer. They end now, so an answer given from here on takes the detached way
+    /// (owed, L17/L18) instead of going to a call nobody reads.
+    async fn end_calls(&self) {
+        let Ok(bundles) = self.state.repo.session_bundles(&self.session_id).await else {
+            return;
+        };
+        for b in bundles
+            .iter()
+            .filter(|b| b.status == crate::model::BundleStatus::Pending)
+        {
+            if let Some(call) = self.state.runtime.waiters.take(&b.pending_id) {
+                super::reply_to(call, WaiterMsg::Ended("the agent stopped"));
+            }
+        }
+    }
+
+    /// Drops the agent: its process group is killed, its MCP token revoked, its slot freed, its
+    /// questions' calls ended and its waiting permission requests cancelled (N6).
     pub(super) async fn stop_agent(&mut self) {
         self.events = None;
         if let Some(agent) = self.agent.take() {
@@ -115,6 +133,7 @@ impl Worker {
         }
         self.state.runtime.agents.leave(&self.session_id);
         self.state.runtime.owned.take(&self.session_id);
+        self.end_calls().await;
         self.cancel_permissions().await;
         if self.fenced {
             // The session's requests are the new owner's now (it cancelled ours at takeover).
@@ -137,18 +156,34 @@ impl Worker {
 
     /// The agent crashed or could not start: the reason is shown and the session fails (L11
     /// expires its questions) — unless an answer is owed to it (L18): then the session waits
-    /// and the next launch delivers the answer.
+    /// and the next launch delivers the answer. Which of the two is decided by the guarded move
+    /// to `failed` itself (an answer owed at any moment before it keeps the session), and the
+    /// text follows that decision.
     pub(super) async fn fail(&mut self, reason: &str) {
         tracing::warn!(session_id = %self.session_id, reason, "agent failed");
         self.failed = true;
         self.stop_agent().await;
-        let owed = self
-            .state
-            .repo
-            .owed_resumes(&self.session_id)
+        self.state
+            .hooks
+            .run(crate::server::hooks::Point::Failing, &self.session_id)
+            .await;
+        let failed = match sessions::set_state(&self.state, &self.session_id, SessionState::Failed)
             .await
-            .map(|o| !o.is_empty())
-            .unwrap_or(true);
+        {
+            Ok(moved) => moved.is_some_and(|s| s.state == SessionState::Failed),
+            Err(e) => {
+                tracing::warn!(session_id = %self.session_id, error = %e, "cannot fail the session");
+                false
+            }
+        };
+        let owed = !failed
+            && self
+                .state
+                .repo
+                .owed_resumes(&self.session_id)
+                .await
+                .map(|o| !o.is_empty())
+                .unwrap_or(true);
         let shown = if owed {
             format!(
                 "{reason}\nYour answer is kept and will be sent when the agent starts again: send \
@@ -171,14 +206,13 @@ impl Worker {
         }
         self.queue.clear();
         self.queue_changed().await;
-        let to = if owed {
-            SessionState::WaitingForInput
-        } else {
-            SessionState::Failed
-        };
-        // The state first: whoever sees the reason sees the session's final state.
-        let r = sessions::set_state(&self.state, &self.session_id, to).await;
-        self.log("cannot change the session state", r);
+        if !failed {
+            // The state first: whoever sees the reason sees the session's final state.
+            let r =
+                sessions::set_state(&self.state, &self.session_id, SessionState::WaitingForInput)
+                    .await;
+            self.log("cannot change the session state", r);
+        }
         self.record_error(&shown).await;
     }
 }
