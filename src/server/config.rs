@@ -91,7 +91,9 @@ impl Config {
         bound: SocketAddr,
     ) -> std::io::Result<crate::server::runtime::RuntimeConfig> {
         let mock_agent = match &self.mock_agent {
-            Some(p) => p.clone(),
+            // Agents run in their workspace: a relative path is taken from where the server
+            // was started.
+            Some(p) => std::path::absolute(p)?,
             None => std::env::current_exe()?.with_file_name("mock_agent"),
         };
         std::fs::create_dir_all(&self.data_dir)?;
