@@ -46,6 +46,7 @@ both_http!(
     claim_then_agent_gives_up_and_turn_completes_resumes_once,
     claim_then_new_prompt_queues_the_resume_behind_it,
     l18_an_answer_owed_to_an_agent_that_cannot_start_is_delivered_on_retry,
+    l15_an_answer_given_before_the_ask_reads_its_bundle_back_is_delivered_live,
 );
 
 async fn claim_then_agent_gives_up_and_turn_completes_resumes_once(url: String) {
@@ -307,5 +308,65 @@ async fn l18_an_answer_owed_to_an_agent_that_cannot_start_is_delivered_on_retry(
         1,
         "I4: delivered once"
     );
+    server.stop().await;
+}
+
+/// A pause at `point`: `arrived` gets a permit when something reaches it, which then waits for
+/// a permit on `go`.
+fn pause_at(server: &TestServer, point: Point) -> (Arc<Semaphore>, Arc<Semaphore>) {
+    let (arrived, go) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let (a, g) = (arrived.clone(), go.clone());
+    server.state.hooks.set(point, move |_| {
+        let (a, g) = (a.clone(), g.clone());
+        async move {
+            a.add_permits(1);
+            g.acquire().await.expect("gate").forget();
+        }
+    });
+    (arrived, go)
+}
+
+/// L15, L5: an answer claimed right after the question was written, before the asking call
+/// read its bundle back, found the bundle answered (no longer active) and took that for
+/// "superseded": the call told the agent to continue without asking and the answer became a
+/// resume. Superseded means a newer turn is current, never "answered": the call waits and gets
+/// its answer live. Forced: the asker is held after its commit while the responder claims, and
+/// the responder is held after its claim until the asker has read its bundle back.
+async fn l15_an_answer_given_before_the_ask_reads_its_bundle_back_is_delivered_live(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (written, ask_go) = pause_at(&server, Point::AskWritten);
+    let (read, read_go) = pause_at(&server, Point::AskRead);
+    let claimed = gate_after_claim(&server);
+    let (_, session) = api.start_task("/e2e:clarification").await;
+    written.acquire().await.unwrap().forget();
+    let pending_id = api.pending_id(&session).await;
+    let responder = respond_in_background(&api, &pending_id, answer("sqlite"));
+    api.wait_for(
+        &format!("/api/v1/clarifications/{pending_id}"),
+        "the claim",
+        |b| b["status"] == "answered",
+    )
+    .await;
+    ask_go.add_permits(1);
+    read.acquire().await.unwrap().forget();
+    read_go.add_permits(1);
+    claimed.add_permits(1);
+    let (status, body) = responder.await.unwrap();
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    api.wait_turns_done(&session, 1).await;
+    let lines = api.agent_lines(&session).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(r#"You answered: {"db":{"selected_option":"sqlite"}}"#)),
+        "delivered live, in the same turn: {lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.starts_with("Thanks, continuing")),
+        "not as a resume: {lines:?}"
+    );
+    let (_, turns) = api.get(&format!("/api/v1/sessions/{session}/turns")).await;
+    assert_eq!(turns["turns"].as_array().unwrap().len(), 1, "{turns}");
     server.stop().await;
 }

@@ -229,8 +229,8 @@ async fn write(
     // stored) and whether it is still active now (L5: a newer turn may have superseded it
     // since the commit): one slim read instead of reading the whole bundle back.
     let questions = std::sync::Arc::new(ask.questions.clone());
-    let superseded = match state.repo.is_bundle_active(pending_id).await {
-        Ok(Some(active)) => {
+    let superseded = match state.repo.bundle_standing(pending_id).await {
+        Ok(Some((active, superseded))) => {
             let view = BundleView {
                 record: written.bundle,
                 questions: questions.to_vec(),
@@ -241,7 +241,13 @@ async fn write(
             state.runtime.questions.put(pending_id, questions);
             // Written with the session's `waiting_for_input`, announced above (P4).
             publish::bundle_announced(state, publish::BundleEvent::Requested, &view);
-            view.is_superseded()
+            state
+                .hooks
+                .run(crate::server::hooks::Point::AskRead, pending_id)
+                .await;
+            // L5: superseded means a newer turn is current, never "answered": an answer given
+            // since the commit is this call's to take (L15).
+            superseded
         }
         Ok(None) => false,
         Err(e) => {

@@ -67,6 +67,17 @@ pub fn bundle_is_active_in(b: &str, session: &str) -> String {
     )
 }
 
+/// L5 as an SQL predicate over the bundle row named `b`: its turn is no longer its session's
+/// current turn (a newer one exists), or its session is terminal — whatever its status. An
+/// answered bundle in the current turn is not superseded (it is no longer active, L2, but the
+/// agent's call may still take its answer, L15).
+pub fn bundle_is_superseded(b: &str) -> String {
+    format!(
+        "({b}.turn_id <> COALESCE({current}, ''))",
+        current = live_current_turn_of(&format!("{b}.session_id"))
+    )
+}
+
 /// The bundle columns in table order, for SELECT and RETURNING lists.
 pub const BUNDLE_COLUMNS: &str = "pending_id, session_id, task_id, turn_id, status, detached, \
     delivery_pending, context, dedup_key, response, reject_reason, created_at, resolved_at";
@@ -80,7 +91,8 @@ pub struct AuthoritySql {
     bundle_with_activity_postgres: String,
     pub count_active: String,
     /// Whether one bundle is active (L2), nothing else; `$1` is the pending id.
-    pub bundle_active: String,
+    /// L2 and L5 of one bundle: `(active, superseded)`.
+    pub bundle_standing: String,
     pending_actions_sqlite: String,
     pending_actions_postgres: String,
     task_sessions_sqlite: String,
@@ -346,9 +358,11 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
             "SELECT COUNT(*) FROM clarification_bundles b WHERE b.status = 'pending' AND {}",
             bundle_is_active("b")
         ),
-        bundle_active: format!(
-            "SELECT {} AS active FROM clarification_bundles b WHERE b.pending_id = $1",
-            bundle_is_active("b")
+        bundle_standing: format!(
+            "SELECT {} AS active, {} AS superseded FROM clarification_bundles b \
+             WHERE b.pending_id = $1",
+            bundle_is_active("b"),
+            bundle_is_superseded("b")
         ),
         pending_actions_sqlite: pending_actions(Backend::Sqlite),
         pending_actions_postgres: pending_actions(Backend::Postgres),

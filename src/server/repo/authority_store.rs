@@ -59,7 +59,8 @@ pub trait AuthorityStore: Send + Sync {
 
     /// L2 for one bundle, without its questions: `None` when it does not exist (an ask's
     /// check, right after its commit, that no newer turn superseded it, L5).
-    async fn is_bundle_active(&self, pending_id: &str) -> RepoResult<Option<bool>>;
+    /// `(active, superseded)` of one bundle (L2, L5); `None` when it does not exist.
+    async fn bundle_standing(&self, pending_id: &str) -> RepoResult<Option<(bool, bool)>>;
 
     async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleView>>;
 
@@ -162,11 +163,13 @@ where
             .await?)
     }
 
-    async fn is_bundle_active(&self, pending_id: &str) -> RepoResult<Option<bool>> {
-        Ok(sqlx::query_scalar::<DB, bool>(SQL.bundle_active.as_str())
-            .bind(pending_id)
-            .fetch_optional(&mut *self.reader().await?)
-            .await?)
+    async fn bundle_standing(&self, pending_id: &str) -> RepoResult<Option<(bool, bool)>> {
+        Ok(
+            sqlx::query_as::<DB, (bool, bool)>(SQL.bundle_standing.as_str())
+                .bind(pending_id)
+                .fetch_optional(&mut *self.reader().await?)
+                .await?,
+        )
     }
 
     async fn active_bundles(&self, session_id: &str) -> RepoResult<Vec<BundleView>> {
