@@ -233,6 +233,7 @@ async fn build_history(repo: &Arc<dyn Repository>, rng: &mut SmallRng) -> Vec<Mo
                 let p = repo
                     .insert_permission_request(
                         &NewPermissionRequest {
+                            id: None,
                             session_id: s.id.clone(),
                             turn_id: turn.clone(),
                             tool_call: "{}".into(),

@@ -35,6 +35,7 @@ both_http!(
     d12_l18_a_prompt_never_starts_while_an_answer_is_owed,
     d12_l18_a_queued_prompt_waits_for_an_answer_owed_as_the_turn_ends,
     d13_l18_an_answer_owed_while_the_agent_crashes_leaves_the_session_waiting,
+    d14_n6_a_permission_asked_as_an_answer_becomes_owed_is_cancelled,
     i8_a_failed_sync_hands_the_answer_to_nobody,
 );
 both!(d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it);
@@ -511,6 +512,47 @@ async fn d13_l18_an_answer_owed_while_the_agent_crashes_leaves_the_session_waiti
     assert_eq!(status.as_u16(), 200, "{body}");
     api.wait_turns_done(&session, 2).await;
     assert_eq!(resumes(&api, &session).await, 1, "I4");
+    server.stop().await;
+}
+
+/// N6, P1: the agent asked for permission in a turn that an owed answer had just superseded;
+/// the request was written into that turn, the agent blocked on it, the turn never ended and
+/// the owed answer was never sent. The request is written only into the current turn (in the
+/// statement that writes); otherwise the agent hears "cancelled" at once. Forced: the request
+/// is held right before its write while the answer becomes owed.
+async fn d14_n6_a_permission_asked_as_an_answer_becomes_owed_is_cancelled(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (arrived, go) = pause_at(&server, Point::PermissionAsked);
+    let (task, session) = api
+        .start_task(&timeout_then("e2e:permission()\ne2e:message(\"after\")"))
+        .await;
+    let pending = api.pending_id(&session).await;
+    arrived.acquire().await.unwrap().forget();
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    server.state.hooks.clear(Point::PermissionAsked);
+    go.add_permits(1);
+    api.wait_turns_done(&session, 2).await;
+    let lines = api.agent_lines(&session).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("Permission outcome: cancelled")),
+        "{lines:?}"
+    );
+    assert_eq!(resumes(&api, &session).await, 1, "I4");
+    assert!(
+        server
+            .state
+            .repo
+            .pending_permission_requests(&session)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let t = api.get(&format!("/api/v1/tasks/{task}")).await.1;
+    assert_eq!(t["task_pending_action"], Value::Null, "{t}");
     server.stop().await;
 }
 

@@ -309,6 +309,7 @@ async fn p2_permission_outranks_clarification(url: String) {
         .repo
         .insert_permission_request(
             &NewPermissionRequest {
+                id: None,
                 session_id: other.clone(),
                 turn_id: t2,
                 tool_call: "{}".into(),

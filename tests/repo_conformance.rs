@@ -703,6 +703,7 @@ async fn p1_a_permission_request_and_its_transcript_row_are_written_together(
     let s = w.session(SessionState::Running).await;
     let t = w.turn(&s, T0).await;
     let new = |turn: &str| NewPermissionRequest {
+        id: None,
         session_id: s.clone(),
         turn_id: turn.to_string(),
         tool_call: "{}".into(),
@@ -772,6 +773,7 @@ async fn p1_pending_action_prefers_clarification_then_latest_permission(repo: Ar
         async move {
             repo.insert_permission_request(
                 &NewPermissionRequest {
+                    id: None,
                     session_id: s,
                     turn_id: t,
                     tool_call: "{}".into(),

@@ -236,6 +236,9 @@ pub struct AskWritten {
 
 #[derive(Clone, Debug)]
 pub struct NewPermissionRequest {
+    /// Chosen by the caller when it must be known before the write (the worker registers the
+    /// agent's reply slot first); `None`: a new id.
+    pub id: Option<String>,
     pub session_id: String,
     pub turn_id: String,
     pub tool_call: String,

@@ -29,11 +29,22 @@ pub trait QuestionStore: Send + Sync {
 
     /// The request and its transcript row, in one transaction: a reader never sees a
     /// pending permission (P1) without the row that shows it.
+    /// A permission request and its transcript row in `new.turn_id` (`NotFound` when that
+    /// turn is not the session's).
     async fn insert_permission_request(
         &self,
         new: &NewPermissionRequest,
         at: Micros,
     ) -> RepoResult<(PermissionRecord, MessageRecord)>;
+
+    /// N6, P1: an agent's permission request, written only when `new.turn_id` is its session's
+    /// current, open turn and the session is live (an owed resume supersedes the turn the
+    /// agent asked in); `None`: nothing written.
+    async fn permission_in_current_turn(
+        &self,
+        new: &NewPermissionRequest,
+        at: Micros,
+    ) -> RepoResult<Option<(PermissionRecord, MessageRecord)>>;
 
     async fn get_permission_request(&self, id: &str) -> RepoResult<Option<PermissionRecord>>;
 
@@ -83,6 +94,7 @@ where
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'q> Option<String>: Encode<'q, DB>,
     for<'r> BundleActivityRow: FromRow<'r, DB::Row>,
@@ -111,7 +123,12 @@ where
         .bind(at)
         .fetch_optional(&mut *tx)
         .await?
-        .ok_or_else(|| RepoError::NotFound(format!("turn {} of session {}", new.turn_id, new.session_id)))?;
+        .ok_or_else(|| {
+            RepoError::NotFound(format!(
+                "open current turn {} of session {}",
+                new.turn_id, new.session_id
+            ))
+        })?;
         insert_questions(&mut tx, &pending_id, &new.questions).await?;
         let message = insert_question_message(&mut tx, &bundle, &new.message_content, at).await?;
         tx.commit().await?;
@@ -148,39 +165,20 @@ where
         new: &NewPermissionRequest,
         at: Micros,
     ) -> RepoResult<(PermissionRecord, MessageRecord)> {
-        let mut tx = self.write_tx().await?;
-        let request = sqlx::query_as::<DB, PermissionRecord>(stmt!(
-            "INSERT INTO permission_requests (id, session_id, task_id, turn_id, tool_call, options, \
-             status, outcome, created_at, resolved_at) \
-             SELECT $1, t.session_id, t.task_id, t.id, $4, $5, 'pending', NULL, $6, NULL \
-             FROM turns t WHERE t.id = $3 AND t.session_id = $2 \
-             RETURNING {PERMISSION_COLUMNS}"
-        ))
-        .bind(new_id())
-        .bind(&new.session_id)
-        .bind(&new.turn_id)
-        .bind(&new.tool_call)
-        .bind(&new.options)
-        .bind(at)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| RepoError::NotFound(format!("turn {} of session {}", new.turn_id, new.session_id)))?;
-        let message = sqlx::query_as::<DB, MessageRecord>(stmt!(
-            "INSERT INTO messages ({MESSAGE_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, 'agent', 'permission_request', $5, $6, $7, $7) \
-             RETURNING {MESSAGE_COLUMNS}"
-        ))
-        .bind(new_id())
-        .bind(&request.session_id)
-        .bind(&request.task_id)
-        .bind(&request.turn_id)
-        .bind(&new.message_content)
-        .bind(&request.id)
-        .bind(at)
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok((request, message))
+        self.write_permission(new, at, false).await?.ok_or_else(|| {
+            RepoError::NotFound(format!(
+                "turn {} of session {}",
+                new.turn_id, new.session_id
+            ))
+        })
+    }
+
+    async fn permission_in_current_turn(
+        &self,
+        new: &NewPermissionRequest,
+        at: Micros,
+    ) -> RepoResult<Option<(PermissionRecord, MessageRecord)>> {
+        self.write_permission(new, at, true).await
     }
 
     async fn get_permission_request(&self, id: &str) -> RepoResult<Option<PermissionRecord>> {
@@ -273,6 +271,77 @@ where
         .bind(at)
         .fetch_all(&mut *self.writer().await?)
         .await?)
+    }
+}
+
+impl<DB> SqlRepository<DB>
+where
+    DB: SqlBackend,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'r> BundleActivityRow: FromRow<'r, DB::Row>,
+    for<'r> BundleRecord: FromRow<'r, DB::Row>,
+    for<'r> MessageRecord: FromRow<'r, DB::Row>,
+    for<'r> PermissionRecord: FromRow<'r, DB::Row>,
+{
+    /// [`QuestionStore::insert_permission_request`], guarded by N6 when `current_only`.
+    async fn write_permission(
+        &self,
+        new: &NewPermissionRequest,
+        at: Micros,
+        current_only: bool,
+    ) -> RepoResult<Option<(PermissionRecord, MessageRecord)>> {
+        let mut tx = self.write_tx().await?;
+        // N6, P1: when guarded, only into the session's current, open turn (a newer turn — an
+        // owed resume — supersedes it), in the statement that writes, after the session lock.
+        sqlx::query::<DB>(DB::LOCK_SESSION)
+            .bind(&new.session_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let request = sqlx::query_as::<DB, PermissionRecord>(stmt!(
+            "INSERT INTO permission_requests (id, session_id, task_id, turn_id, tool_call, options, \
+             status, outcome, created_at, resolved_at) \
+             SELECT $1, t.session_id, t.task_id, t.id, $4, $5, 'pending', NULL, $6, NULL \
+             FROM turns t WHERE t.id = $3 AND t.session_id = $2 \
+               AND ($7 = FALSE OR (t.completed_at IS NULL \
+                    AND t.id = (SELECT ls.current_turn_id FROM sessions ls \
+                                WHERE ls.id = $2 \
+                                  AND ls.state NOT IN ('completed', 'failed', 'cancelled')))) \
+             RETURNING {PERMISSION_COLUMNS}"
+        ))
+        .bind(new.id.clone().unwrap_or_else(new_id))
+        .bind(&new.session_id)
+        .bind(&new.turn_id)
+        .bind(&new.tool_call)
+        .bind(&new.options)
+        .bind(at)
+        .bind(current_only)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(request) = request else {
+            return Ok(None);
+        };
+        let message = sqlx::query_as::<DB, MessageRecord>(stmt!(
+            "INSERT INTO messages ({MESSAGE_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, 'agent', 'permission_request', $5, $6, $7, $7) \
+             RETURNING {MESSAGE_COLUMNS}"
+        ))
+        .bind(new_id())
+        .bind(&request.session_id)
+        .bind(&request.task_id)
+        .bind(&request.turn_id)
+        .bind(&new.message_content)
+        .bind(&request.id)
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Some((request, message)))
     }
 }
 

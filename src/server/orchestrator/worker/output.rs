@@ -190,13 +190,8 @@ impl Worker {
     }
 
     pub(super) async fn permission(&mut self, ask: agents::PermissionAsk) -> Result<(), AppError> {
-        let current = self.state.repo.current_turn_id(&self.session_id).await?;
-        let Some(turn_id) = self
-            .open_turn
-            .clone()
-            .filter(|t| Some(t) == current.as_ref())
-        else {
-            // No open turn, or a newer (owed) turn superseded it: nobody can answer (N6).
+        let Some(turn_id) = self.open_turn.clone() else {
+            // No open turn: nobody can answer (N6).
             super::reply_to(ask.reply, None);
             return Ok(());
         };
@@ -205,11 +200,23 @@ impl Worker {
             .unwrap_or("a tool call")
             .to_string();
         self.stream.break_here();
-        let (request, message) = self
+        // The agent's reply slot exists before the request can be seen: whoever cancels the
+        // request (a newer turn superseded it, N6) finds the slot and answers the agent.
+        let id = crate::server::repo::new_id();
+        self.state.runtime.permissions.put(&id, ask.reply);
+        self.state
+            .hooks
+            .run(
+                crate::server::hooks::Point::PermissionAsked,
+                &self.session_id,
+            )
+            .await;
+        let written = self
             .state
             .repo
-            .insert_permission_request(
+            .permission_in_current_turn(
                 &NewPermissionRequest {
+                    id: Some(id.clone()),
                     session_id: self.session_id.clone(),
                     turn_id,
                     tool_call: ask.tool_call.to_string(),
@@ -218,8 +225,18 @@ impl Worker {
                 },
                 self.state.clock.now(),
             )
-            .await?;
-        self.state.runtime.permissions.put(&request.id, ask.reply);
+            .await;
+        let (request, message) = match written {
+            Ok(Some(w)) => w,
+            // Not written (the turn is no longer current: an owed resume superseded it, N6; or
+            // the database failed): the agent hears "cancelled" and goes on.
+            not_written => {
+                if let Some(reply) = self.state.runtime.permissions.take(&id) {
+                    super::reply_to(reply, None);
+                }
+                return not_written.map(drop).map_err(AppError::from);
+            }
+        };
         self.permissions.push(request.id.clone());
         publish::message(&self.state, publish::MessageEvent::Added, &message).await;
         publish::permission_requested(&self.state, &request);
