@@ -36,6 +36,8 @@ both_http!(
     d12_l18_a_queued_prompt_waits_for_an_answer_owed_as_the_turn_ends,
     d13_l18_an_answer_owed_while_the_agent_crashes_leaves_the_session_waiting,
     d14_n6_a_permission_asked_as_an_answer_becomes_owed_is_cancelled,
+    d15_n3_a_rejection_as_the_step_action_is_decided_still_advances_once,
+    d15_n3_a_question_asked_as_a_deferred_action_runs_blocks_it,
     i8_a_failed_sync_hands_the_answer_to_nobody,
 );
 both!(d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it);
@@ -553,6 +555,153 @@ async fn d14_n6_a_permission_asked_as_an_answer_becomes_owed_is_cancelled(url: S
     );
     let t = api.get(&format!("/api/v1/tasks/{task}")).await.1;
     assert_eq!(t["task_pending_action"], Value::Null, "{t}");
+    server.stop().await;
+}
+
+/// The task's step, once its session's worker is idle (nothing more can move it meanwhile).
+async fn settled_step(server: &TestServer, api: &Api, task: &str, session: &str) -> Value {
+    let state = server.state.clone();
+    until("the worker to be idle", async || {
+        turnstile::server::orchestrator::worker::idle_mark(&state, session).is_some()
+    })
+    .await;
+    api.get(&format!("/api/v1/tasks/{task}")).await.1["step_id"].clone()
+}
+
+/// N3: the turn's completion found the question active and was about to defer its step
+/// action when the user rejected the question; the rejection found nothing deferred yet, the
+/// defer then committed and nobody ever ran it. The defer is guarded by "a question is still
+/// active" in its statement, so the completion moves the task itself. Forced: the completion
+/// is held as it decides while the rejection lands.
+async fn d15_n3_a_rejection_as_the_step_action_is_decided_still_advances_once(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let wf = three_step_workflow(&api).await;
+    let (arrived, go) = pause_at(&server, Point::StepGuard);
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "t", "workflow_id": wf["id"], "prompt": SHORT_TIMEOUT }),
+        )
+        .await;
+    let (task_id, session) = (
+        task["id"].as_str().unwrap().to_string(),
+        task["primary_session_id"].as_str().unwrap().to_string(),
+    );
+    let pending = api.pending_id(&session).await;
+    arrived.acquire().await.unwrap().forget();
+    let (status, body) = respond(&api, &pending, json!({ "rejected": true })).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    server.state.hooks.clear(Point::StepGuard);
+    go.add_permits(1);
+    api.wait_for(&format!("/api/v1/tasks/{task_id}"), "step B", |t| {
+        t["step_id"] == wf["steps"][1]["id"]
+    })
+    .await;
+    assert_eq!(
+        settled_step(&server, &api, &task_id, &session).await,
+        wf["steps"][1]["id"],
+        "once"
+    );
+    server.stop().await;
+}
+
+/// N3/I6: a rejection released a deferred step action; as it ran, a new prompt's question
+/// became active; the action, which had read "no active question", moved the task anyway. The
+/// move is guarded by "no active question" in its statement: the task stays until the new
+/// question is answered and its turn ends. Forced: the released action is held as it decides
+/// while the new question is asked.
+async fn d15_n3_a_question_asked_as_a_deferred_action_runs_blocks_it(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let wf = three_step_workflow(&api).await;
+    // The turn's own completion defers; the rejection's release is held.
+    let (arrived, go) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let passes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let (a, g, passes) = (arrived.clone(), go.clone(), passes.clone());
+        server.state.hooks.set(Point::StepGuard, move |_| {
+            let (a, g) = (a.clone(), g.clone());
+            let second = passes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1;
+            async move {
+                if second {
+                    a.add_permits(1);
+                    g.acquire().await.expect("gate").forget();
+                }
+            }
+        });
+    }
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "t", "workflow_id": wf["id"], "prompt": SHORT_TIMEOUT }),
+        )
+        .await;
+    let (task_id, session) = (
+        task["id"].as_str().unwrap().to_string(),
+        task["primary_session_id"].as_str().unwrap().to_string(),
+    );
+    let pending = api.pending_id(&session).await;
+    let turns = api.wait_turns_done(&session, 1).await;
+    let first = turns[0]["id"].as_str().unwrap().to_string();
+    let repo = server.state.repo.clone();
+    until("the step action deferred", async || {
+        repo.get_turn(&first)
+            .await
+            .unwrap()
+            .is_some_and(|t| t.workflow_deferred)
+    })
+    .await;
+    let rejecting = respond_in_background(&api, &pending, json!({ "rejected": true }));
+    tokio::time::timeout(std::time::Duration::from_secs(20), arrived.acquire())
+        .await
+        .expect("the released action reaches its decision")
+        .unwrap()
+        .forget();
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": format!("e2e:ask({MORE_QUESTION})") }),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    let asked = api
+        .wait_for_message(&session, "the new question", |m| {
+            m["kind"] == "clarification_request" && m["content"] == "Anything else?"
+        })
+        .await;
+    let more = asked
+        .iter()
+        .find(|m| m["content"] == "Anything else?")
+        .and_then(|m| m["pending_id"].as_str())
+        .unwrap()
+        .to_string();
+    server.state.hooks.clear(Point::StepGuard);
+    go.add_permits(1);
+    let (status, body) = rejecting.await.unwrap();
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    assert_eq!(
+        settled_step(&server, &api, &task_id, &session).await,
+        wf["steps"][0]["id"],
+        "I6: no move while a question is active"
+    );
+    let (status, body) = respond(
+        &api,
+        &more,
+        json!({ "answers": [{ "question_id": "more", "selected_options": ["n"] }] }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    api.wait_turns_done(&session, 2).await;
+    api.wait_for(&format!("/api/v1/tasks/{task_id}"), "step B", |t| {
+        t["step_id"] == wf["steps"][1]["id"]
+    })
+    .await;
+    assert_eq!(
+        settled_step(&server, &api, &task_id, &session).await,
+        wf["steps"][1]["id"],
+        "once"
+    );
     server.stop().await;
 }
 

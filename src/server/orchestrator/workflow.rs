@@ -4,6 +4,7 @@
 use super::publish;
 use crate::model::limits::{self, at_most};
 use crate::model::{AppError, Workflow};
+use crate::server::repo::StepMove;
 use crate::server::repo::{NewWorkflow, NewWorkflowStep};
 use crate::server::state::AppState;
 
@@ -73,38 +74,51 @@ pub async fn list_workflows(state: &AppState) -> Result<Vec<Workflow>, AppError>
 
 /// N3: a turn of `session_id` completed (each completion calls this once). Runs the step's
 /// `on_turn_complete` now, or — while the session has an active question, or when that cannot
-/// be read (fail closed) — records it as deferred on the turn. Returns true when the task moved.
+/// be read (fail closed) — records it as deferred on the turn. Both are guarded in the
+/// statement that writes: the move by "no active question", the defer by "a question is still
+/// active", so a question asked or rejected meanwhile decides the other way, never neither.
+/// Returns true when the task moved.
 pub async fn turn_completed(
     state: &AppState,
     session_id: &str,
     task_id: &str,
     turn_id: &str,
 ) -> bool {
-    let free = match state.repo.active_bundles(session_id).await {
-        Ok(active) => active.is_empty(),
-        Err(e) => {
-            tracing::warn!(session_id, error = %e, "workflow action deferred: authority unavailable (N3 fails closed)");
-            false
+    state
+        .hooks
+        .run(crate::server::hooks::Point::StepGuard, session_id)
+        .await;
+    // Each round either moves, finds nothing to do, or defers; a question that comes or goes
+    // between the two guarded statements makes one more round.
+    for _ in 0..3 {
+        match advance(state, task_id, session_id).await {
+            Ok(StepMove::Moved) => return true,
+            Ok(StepMove::NotThere) => return false,
+            Ok(StepMove::Blocked) => match state.repo.defer_while_active(turn_id).await {
+                Ok(true) => {
+                    tracing::debug!(
+                        session_id,
+                        turn_id,
+                        "workflow action deferred: the session has an active question (N3)"
+                    );
+                    return false;
+                }
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(turn_id, error = %e, "cannot record the deferred workflow action");
+                    return false;
+                }
+            },
+            Err(e) => {
+                tracing::warn!(session_id, error = %e, "workflow action deferred: authority unavailable (N3 fails closed)");
+                break;
+            }
         }
-    };
-    if !free {
-        tracing::debug!(
-            session_id,
-            turn_id,
-            "workflow action deferred: the session has an active question (N3)"
-        );
-        if let Err(e) = state.repo.defer_workflow(turn_id).await {
-            tracing::warn!(turn_id, error = %e, "cannot record the deferred workflow action");
-        }
-        return false;
     }
-    match advance(state, task_id).await {
-        Ok(moved) => moved,
-        Err(e) => {
-            tracing::warn!(task_id, error = %e, "workflow action failed");
-            false
-        }
+    if let Err(e) = state.repo.defer_workflow(turn_id).await {
+        tracing::warn!(turn_id, error = %e, "cannot record the deferred workflow action");
     }
+    false
 }
 
 /// N3/L16: a detached rejection freed the barrier of `turn_id`. Runs the action that turn's
@@ -126,14 +140,19 @@ pub async fn barrier_released(
     }
 }
 
-/// Moves the task to the next step if its step says so: a compare-and-set from the step it
-/// was in, so two completions racing cannot move it twice.
-async fn advance(state: &AppState, task_id: &str) -> Result<bool, crate::server::repo::RepoError> {
+/// Moves the task to the next step if its step says so (N3): guarded by "no active question"
+/// and a compare-and-set from the step it was in, so two completions racing cannot move it
+/// twice. `NotThere` also when the step has no action.
+async fn advance(
+    state: &AppState,
+    task_id: &str,
+    session_id: &str,
+) -> Result<StepMove, crate::server::repo::RepoError> {
     let Some(task) = state.repo.get_task(task_id).await? else {
-        return Ok(false);
+        return Ok(StepMove::NotThere);
     };
     let (Some(workflow_id), Some(step_id)) = (&task.workflow_id, &task.step_id) else {
-        return Ok(false);
+        return Ok(StepMove::NotThere);
     };
     let Some(workflow) = state
         .repo
@@ -142,22 +161,22 @@ async fn advance(state: &AppState, task_id: &str) -> Result<bool, crate::server:
         .into_iter()
         .find(|w| &w.workflow.id == workflow_id)
     else {
-        return Ok(false);
+        return Ok(StepMove::NotThere);
     };
     let Some(pos) = workflow.steps.iter().position(|s| &s.id == step_id) else {
-        return Ok(false);
+        return Ok(StepMove::NotThere);
     };
     if workflow.steps[pos].on_turn_complete.as_deref() != Some(MOVE_TO_NEXT) {
-        return Ok(false);
+        return Ok(StepMove::NotThere);
     }
     let Some(next) = workflow.steps.get(pos + 1) else {
-        return Ok(false);
+        return Ok(StepMove::NotThere);
     };
     let moved = state
         .repo
-        .move_task_step(task_id, step_id, &next.id, state.clock.now())
+        .advance_step(task_id, session_id, step_id, &next.id, state.clock.now())
         .await?;
-    if moved {
+    if moved == StepMove::Moved {
         publish::task_updated(state, task_id).await;
     }
     Ok(moved)

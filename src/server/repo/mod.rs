@@ -39,7 +39,7 @@ pub use tasks::TaskStore;
 /// The task-list page statement, public so the plan tests can `EXPLAIN` it.
 pub use tasks::page_statement;
 pub use transcript::TranscriptStore;
-pub use workflows::WorkflowStore;
+pub use workflows::{StepMove, WorkflowStore};
 
 use crate::model::{BundleStatus, MessageAuthor, MessageKind, Question, SessionState};
 use crate::server::time::Micros;

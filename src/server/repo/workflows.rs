@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, Type};
 
-use super::sql::{RowsAffected, SqlBackend, SqlRepository};
+use super::authority::bundle_is_active_in;
+use super::sql::{RowsAffected, SqlBackend, SqlRepository, stmt};
 use super::{
     NewWorkflow, RepoError, RepoResult, WorkflowRecord, WorkflowStepRecord, WorkflowView, new_id,
 };
@@ -31,6 +32,33 @@ pub trait WorkflowStore: Send + Sync {
         to: &str,
         at: Micros,
     ) -> RepoResult<bool>;
+
+    /// N3/I6: a completed turn's step action — the task from `from` to `to` — only while
+    /// session `session_id` has no active question (guarded in the statement that moves it,
+    /// after the session lock).
+    async fn advance_step(
+        &self,
+        task_id: &str,
+        session_id: &str,
+        from: &str,
+        to: &str,
+        at: Micros,
+    ) -> RepoResult<StepMove>;
+
+    /// N3: defers the step action of `turn_id` only while its session has an active question
+    /// (guarded in the statement, after the session lock); false when none is active any more
+    /// (the action can run now) or it is deferred already.
+    async fn defer_while_active(&self, turn_id: &str) -> RepoResult<bool>;
+}
+
+/// What [`WorkflowStore::advance_step`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepMove {
+    Moved,
+    /// The session has an active question: the action waits (N3).
+    Blocked,
+    /// The task is no longer on the step (another completion moved it, or the user did).
+    NotThere,
 }
 
 #[async_trait]
@@ -45,6 +73,8 @@ where
     for<'q> Option<String>: Encode<'q, DB>,
     for<'r> WorkflowRecord: FromRow<'r, DB::Row>,
     for<'r> WorkflowStepRecord: FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
 {
     async fn create_workflow(&self, new: &NewWorkflow, at: Micros) -> RepoResult<WorkflowView> {
         if new.name.trim().is_empty() {
@@ -149,6 +179,85 @@ where
         .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn advance_step(
+        &self,
+        task_id: &str,
+        session_id: &str,
+        from: &str,
+        to: &str,
+        at: Micros,
+    ) -> RepoResult<StepMove> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query::<DB>(DB::LOCK_SESSION)
+            .bind(session_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let moved = sqlx::query::<DB>(stmt!(
+            "UPDATE tasks SET step_id = $3, updated_at = $4 WHERE id = $1 AND step_id = $2 \
+             AND NOT EXISTS (SELECT 1 FROM clarification_bundles b \
+                             WHERE b.session_id = $5 AND {active})",
+            active = bundle_is_active_in("b", "$5")
+        ))
+        .bind(task_id)
+        .bind(from)
+        .bind(to)
+        .bind(at)
+        .bind(session_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        if moved {
+            tx.commit().await?;
+            return Ok(StepMove::Moved);
+        }
+        // Why not, read under the same lock: nothing can change it before the transaction ends.
+        let blocked = sqlx::query_as::<DB, (i64,)>(stmt!(
+            "SELECT COUNT(*) FROM clarification_bundles b WHERE b.session_id = $1 AND {active}",
+            active = bundle_is_active_in("b", "$1")
+        ))
+        .bind(session_id)
+        .fetch_one(&mut *tx)
+        .await?
+        .0 > 0;
+        Ok(if blocked {
+            StepMove::Blocked
+        } else {
+            StepMove::NotThere
+        })
+    }
+
+    async fn defer_while_active(&self, turn_id: &str) -> RepoResult<bool> {
+        let mut tx = self.write_tx().await?;
+        let Some((session_id,)) =
+            sqlx::query_as::<DB, (String,)>("SELECT session_id FROM turns WHERE id = $1")
+                .bind(turn_id)
+                .fetch_optional(&mut *tx)
+                .await?
+        else {
+            return Ok(false);
+        };
+        sqlx::query::<DB>(DB::LOCK_SESSION)
+            .bind(&session_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let deferred = sqlx::query::<DB>(stmt!(
+            "UPDATE turns SET workflow_deferred = TRUE \
+             WHERE id = $1 AND workflow_deferred = FALSE \
+               AND EXISTS (SELECT 1 FROM clarification_bundles b \
+                           WHERE b.session_id = $2 AND {active})",
+            active = bundle_is_active_in("b", "$2")
+        ))
+        .bind(turn_id)
+        .bind(&session_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        tx.commit().await?;
+        Ok(deferred)
     }
 }
 
