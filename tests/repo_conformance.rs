@@ -601,7 +601,7 @@ async fn l19_an_abandoned_claim_is_settled_by_its_claimers_fate(repo: Arc<dyn Re
     assert!(b.active && b.record.status == BundleStatus::Pending && !b.record.delivery_pending);
     assert_eq!(
         w.repo.accept_handoff(&p, T0 + 7).await.unwrap(),
-        None,
+        turnstile::server::repo::HandoffAccepted::Withdrawn,
         "the offer was withdrawn with the restore"
     );
     assert_eq!(

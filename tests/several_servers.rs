@@ -6,9 +6,12 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use support::ws::{Socket, connect, next_frame, send};
 use support::{Api, TestServer};
+use tokio::sync::Semaphore;
 
 /// Runs `story` on a fresh PostgreSQL database, or says why it did not.
 macro_rules! postgres_only {
@@ -46,6 +49,8 @@ mod on_postgres {
         l18_an_answer_owed_by_a_server_that_stays_dead_is_delivered_by_the_agents_server,
         n6_an_answer_given_elsewhere_cancels_the_superseded_permission_on_the_agents_server,
         l18_a_handed_over_answer_the_agents_server_cannot_record_is_owed_once,
+        l15_an_answer_handed_over_to_a_turn_that_ended_is_owed_once,
+        l15_a_handed_over_answer_is_not_read_back_after_its_commit,
         n_a_server_that_just_started_forwards_to_the_sessions_server,
         n6_a_permission_answered_on_another_server_reaches_the_waiting_agent,
         n_a_server_whose_session_was_taken_over_stops_its_agent,
@@ -818,6 +823,131 @@ async fn l18_a_handed_over_answer_the_agents_server_cannot_record_is_owed_once(u
     assert_eq!(bundle["status"], "answered", "{bundle}");
     let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
     assert_eq!(delivered.len(), 1, "{delivered:?}");
+    b.stop().await;
+    a.stop().await;
+}
+
+/// A pause at `point` on `server`: `arrived` gets a permit when something reaches it, which
+/// then waits for a permit on `go`.
+fn pause_at(
+    server: &TestServer,
+    point: turnstile::server::hooks::Point,
+) -> (Arc<Semaphore>, Arc<Semaphore>) {
+    let (arrived, go) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let (a, g) = (arrived.clone(), go.clone());
+    server.state.hooks.set(point, move |_| {
+        let (a, g) = (a.clone(), g.clone());
+        async move {
+            a.add_permits(1);
+            g.acquire().await.expect("gate").forget();
+        }
+    });
+    (arrived, go)
+}
+
+/// L15 across servers: an answer given on B was taken by A for the call waiting there; before A
+/// recorded the delivery the agent gave the call up and ended its turn. A recorded it anyway
+/// (no turn-ended guard on the hand-over), handed the answer to a call nobody reads, and B
+/// answered 200: lost. The hand-over has the local delivery's guard: A records nothing, B
+/// withdraws its offer and owes the answer, which the agent gets once as its next prompt.
+/// Forced: A is held after taking the call until the turn ended; B is held before it withdraws
+/// until A decided.
+async fn l15_an_answer_handed_over_to_a_turn_that_ended_is_owed_once(url: String) {
+    use turnstile::server::hooks::Point;
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
+    let api_a = Api::new(&a.base);
+    let (taken, take) = pause_at(&a, Point::Accepting);
+    let decided = Arc::new(Semaphore::new(0));
+    {
+        let decided = decided.clone();
+        a.state.hooks.set(Point::Accepted, move |_| {
+            decided.add_permits(1);
+            async {}
+        });
+    }
+    let (withdrawing, withdraw) = pause_at(&b, Point::Withdraw);
+    let (_, session) = api_a
+        .start_task(r#"e2e:ask-timeout(1500, {"questions": [{"id": "db", "prompt": "Which database?", "options": [{"id": "postgresql", "label": "PostgreSQL"}, {"id": "sqlite", "label": "SQLite"}]}]})
+e2e:message("after")"#)
+        .await;
+    let pending = api_a.pending_id(&session).await;
+    let answering = {
+        let api_b = Api::new(&b.base);
+        let pending = pending.clone();
+        tokio::spawn(async move { api_b.respond(&pending, answer("sqlite")).await })
+    };
+    taken.acquire().await.unwrap().forget();
+    // The agent gives the call up and ends its turn while A holds the answer.
+    api_a.wait_turns_done(&session, 1).await;
+    withdrawing.acquire().await.unwrap().forget();
+    take.add_permits(1);
+    decided.acquire().await.unwrap().forget();
+    withdraw.add_permits(1);
+    let (status, body) = answering.await.unwrap();
+    assert_eq!(
+        (status.as_u16(), &body["claimed"]),
+        (200, &json!(true)),
+        "{body}"
+    );
+    let turns = api_a.wait_turns_done(&session, 2).await;
+    assert_eq!(turns.len(), 2, "{turns:?}");
+    let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert!(delivered[0].starts_with(RESUMED), "{delivered:?}");
+    b.stop().await;
+    a.stop().await;
+}
+
+/// L15 across servers: after A recorded a handed-over answer's delivery it read the bundle back;
+/// when that read failed it gave up, the waiting call never got the answer, and B answered 200.
+/// Nothing is read back after the commit now (the statement returns the row). Forced: the
+/// questions' table is unreadable from the moment A took the call until it decided.
+async fn l15_a_handed_over_answer_is_not_read_back_after_its_commit(url: String) {
+    use turnstile::server::hooks::Point;
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
+    let api_a = Api::new(&a.base);
+    let (taken, take) = pause_at(&a, Point::Accepting);
+    let decided = Arc::new(Semaphore::new(0));
+    {
+        let decided = decided.clone();
+        a.state.hooks.set(Point::Accepted, move |_| {
+            decided.add_permits(1);
+            async {}
+        });
+    }
+    let (_, session) = api_a.start_task("/e2e:clarification").await;
+    let pending = api_a.pending_id(&session).await;
+    let answering = {
+        let api_b = Api::new(&b.base);
+        let pending = pending.clone();
+        tokio::spawn(async move { api_b.respond(&pending, answer("sqlite")).await })
+    };
+    taken.acquire().await.unwrap().forget();
+    support::raw_exec(
+        &url,
+        "ALTER TABLE clarification_questions RENAME TO questions_away",
+    )
+    .await;
+    take.add_permits(1);
+    decided.acquire().await.unwrap().forget();
+    support::raw_exec(
+        &url,
+        "ALTER TABLE questions_away RENAME TO clarification_questions",
+    )
+    .await;
+    let (status, body) = answering.await.unwrap();
+    assert_eq!(
+        (status.as_u16(), &body["claimed"]),
+        (200, &json!(true)),
+        "{body}"
+    );
+    let turns = api_a.wait_turns_done(&session, 1).await;
+    assert_eq!(turns.len(), 1, "live, in the asking turn: {turns:?}");
+    let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert!(delivered[0].starts_with(LIVE), "{delivered:?}");
     b.stop().await;
     a.stop().await;
 }

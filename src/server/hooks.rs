@@ -89,6 +89,12 @@ pub enum Point {
     /// A server took the waiting call an answer was offered to, before it records the delivery
     /// (L15 across servers); the key is the pending id.
     Accepting,
+    /// An answer offer was not confirmed in time, before its server withdraws it; the key is
+    /// the pending id.
+    Withdraw,
+    /// A server decided an answer offer it took (delivered, or left for its server to
+    /// withdraw); the key is the pending id.
+    Accepted,
 }
 
 impl Point {
@@ -119,6 +125,8 @@ impl Point {
             Point::StepGuard => "step-guard",
             Point::AskRead => "ask-read",
             Point::Accepting => "accepting",
+            Point::Withdraw => "withdraw",
+            Point::Accepted => "accepted",
         }
     }
 }

@@ -13,7 +13,7 @@ use super::respond::{resume_prompt, stored_response};
 use crate::model::BundleStatus;
 use crate::server::hooks::Point;
 use crate::server::orchestrator::{forward, publish};
-use crate::server::repo::RepoError;
+use crate::server::repo::{BundleRecord, HandoffAccepted, RepoError};
 use crate::server::runtime::WaiterMsg;
 use crate::server::state::AppState;
 
@@ -45,6 +45,7 @@ pub async fn offer(state: &AppState, pending_id: &str) -> Result<Handoff, RepoEr
     {
         return Ok(Handoff::Delivered);
     }
+    state.hooks.run(Point::Withdraw, pending_id).await;
     match state.repo.withdraw_handoff(pending_id).await {
         Ok(true) => Ok(Handoff::NotTaken),
         // Accepted just before the withdrawal: the holder delivers it.
@@ -81,6 +82,16 @@ async fn accept(state: &AppState, pending_id: &str) {
     let Some(waiter) = state.runtime.waiters.take(pending_id) else {
         return;
     };
+    state.hooks.run(Point::Accepting, pending_id).await;
+    take_offer(state, pending_id, waiter).await;
+    state.hooks.run(Point::Accepted, pending_id).await;
+}
+
+async fn take_offer(
+    state: &AppState,
+    pending_id: &str,
+    waiter: tokio::sync::oneshot::Sender<WaiterMsg>,
+) {
     // P9: reserved before the write whose session row the state event carries.
     let revision = state.next_pending_revision().await;
     let accepted = match state.hooks.check(Point::Finalize) {
@@ -92,16 +103,22 @@ async fn accept(state: &AppState, pending_id: &str) {
         }
         Err(e) => Err(e),
     };
-    match accepted {
+    let bundle = match accepted {
         // The session runs again with the delivery, as for an answer given here (decision
         // 0032): the waiting call does not write it.
-        Ok(Some(moved)) => {
-            if let Some(session) = &moved {
+        Ok(HandoffAccepted::Delivered { bundle, session }) => {
+            if let Some(session) = &session {
                 publish::session_state_written(state, session, revision);
             }
+            bundle
         }
-        Ok(None) => {
+        Ok(HandoffAccepted::Withdrawn) => {
             let _ = waiter.send(WaiterMsg::Ended(WITHDRAWN));
+            return;
+        }
+        // L15: the agent ended the question's turn; the offering server owes the answer.
+        Ok(HandoffAccepted::TurnEnded) => {
+            let _ = waiter.send(WaiterMsg::Ended("the agent ended its turn"));
             return;
         }
         Err(e) => {
@@ -109,19 +126,14 @@ async fn accept(state: &AppState, pending_id: &str) {
             let _ = waiter.send(WaiterMsg::Ended(WITHDRAWN));
             return;
         }
-    }
-    let bundle = match state.repo.get_bundle(pending_id).await {
-        Ok(Some(b)) => b,
-        other => {
-            tracing::error!(pending_id, ?other, "an accepted answer is unreadable");
-            return;
-        }
     };
-    let Some(response) = stored_response(&bundle.record) else {
+    let Some(response) = stored_response(&bundle) else {
+        // An answered bundle always stores its response; reopened (L19) rather than lost.
         tracing::error!(pending_id, "an accepted answer has no response");
+        reopen(state, pending_id).await;
         return;
     };
-    let action = if bundle.record.status == BundleStatus::Rejected {
+    let action = if bundle.status == BundleStatus::Rejected {
         publish::BundleEvent::Rejected
     } else {
         publish::BundleEvent::Answered
@@ -131,20 +143,52 @@ async fn accept(state: &AppState, pending_id: &str) {
     };
     if waiter.send(answer).is_err() {
         // The call ended as the answer arrived: it becomes an owed resume here (L17).
-        let prompt = resume_prompt(&bundle.questions, &response);
-        match state
-            .repo
-            .owe_resume(pending_id, &prompt, state.clock.now())
-            .await
-        {
-            Ok(Some(_)) => {
-                forward::deliver_owed(state, &bundle.record.session_id, &bundle.record.task_id)
-                    .await;
-            }
-            Ok(None) => tracing::warn!(pending_id, "the session ended before the answer"),
-            Err(e) => tracing::error!(pending_id, error = %e, "cannot owe an accepted answer"),
-        }
+        owe_here(state, &bundle, &response).await;
     }
     publish::bundles_by_id(state, action, &[pending_id.to_string()]).await;
     state.hub.confirm_delivery(pending_id);
+}
+
+/// An accepted answer whose call ended as it arrived becomes an owed resume on this server. Its
+/// questions come from this server's memory (the asker remembered them, decision 0034) or the
+/// database; if neither can be read, its delivery is reopened, so recovery restores it (L19)
+/// rather than leaving it answered and lost.
+async fn owe_here(state: &AppState, bundle: &BundleRecord, response: &crate::model::Response) {
+    let pending_id = bundle.pending_id.as_str();
+    let questions = match state.runtime.questions.get(pending_id) {
+        Some(q) => q.to_vec(),
+        None => match state.repo.get_bundle(pending_id).await {
+            Ok(Some(b)) => b.questions,
+            other => {
+                tracing::error!(
+                    pending_id,
+                    ?other,
+                    "cannot read the questions of an accepted answer"
+                );
+                reopen(state, pending_id).await;
+                return;
+            }
+        },
+    };
+    let prompt = resume_prompt(&questions, response);
+    match state
+        .repo
+        .owe_resume(pending_id, &prompt, state.clock.now())
+        .await
+    {
+        Ok(Some(_)) => forward::deliver_owed(state, &bundle.session_id, &bundle.task_id).await,
+        Ok(None) => tracing::warn!(pending_id, "the session ended before the answer"),
+        Err(e) => {
+            tracing::error!(pending_id, error = %e, "cannot owe an accepted answer");
+            reopen(state, pending_id).await;
+        }
+    }
+}
+
+/// Marks an accepted answer undelivered again: recovery (L19) restores the question while it
+/// is current, rather than the answer staying recorded as delivered and never arriving.
+async fn reopen(state: &AppState, pending_id: &str) {
+    if let Err(e) = state.repo.reopen_delivery(pending_id).await {
+        tracing::error!(pending_id, error = %e, "cannot reopen an undelivered answer");
+    }
 }

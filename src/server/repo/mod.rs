@@ -26,7 +26,7 @@ use std::sync::Arc;
 pub use authority_store::{AuthorityStore, TaskSession};
 pub use connections::ConnectionUsage;
 pub use logins::LoginStore;
-pub use outbox::{LiveDelivery, OutboxStore};
+pub use outbox::{HandoffAccepted, LiveDelivery, OutboxStore};
 pub use postgres::PostgresRepository;
 pub use profiles::ProfileStore;
 pub use questions::QuestionStore;

@@ -21,6 +21,32 @@ use crate::server::time::Micros;
 const DELIVERY_RECORDED: &str =
     "UPDATE clarification_bundles SET delivery_pending = FALSE WHERE pending_id = $1";
 
+/// L15: a live answer's delivery is recorded only while the question's turn is open — once the
+/// agent ended that turn, nobody reads the call's result, whatever a server still thinks
+/// waits. One statement for both ways a live answer is handed over (here, and to another
+/// server's call).
+const LIVE_DELIVERY_RECORDED: &str = "UPDATE clarification_bundles SET delivery_pending = FALSE \
+     WHERE pending_id = $1 AND delivery_pending = TRUE \
+       AND NOT EXISTS (SELECT 1 FROM turns t \
+                       WHERE t.id = clarification_bundles.turn_id \
+                         AND t.completed_at IS NOT NULL)";
+
+/// What [`OutboxStore::accept_handoff`] did.
+#[derive(Debug, PartialEq)]
+pub enum HandoffAccepted {
+    /// Recorded: the answered bundle as stored, and its session as moved back to `running`,
+    /// if it moved.
+    Delivered {
+        bundle: BundleRecord,
+        session: Option<SessionRecord>,
+    },
+    /// Nothing written: the offer was withdrawn first.
+    Withdrawn,
+    /// Nothing written: the question's turn had ended (L15), so the answer goes the detached
+    /// way (the offering server withdraws and owes it).
+    TurnEnded,
+}
+
 /// What [`OutboxStore::record_live_delivery`] did.
 #[derive(Debug)]
 pub enum LiveDelivery {
@@ -97,14 +123,9 @@ pub trait OutboxStore: Send + Sync {
     async fn offer_handoff(&self, pending_id: &str, at: Micros) -> RepoResult<()>;
 
     /// The holder takes an offered answer and, in the same transaction, records its delivery
-    /// (as `finalize_delivery`) and moves the bundle's session back to `running` (as
-    /// [`OutboxStore::record_live_delivery`], decision 0032). `None` when it was withdrawn
-    /// first; else the session as moved, if it moved.
-    async fn accept_handoff(
-        &self,
-        pending_id: &str,
-        at: Micros,
-    ) -> RepoResult<Option<Option<SessionRecord>>>;
+    /// under the same guard as [`OutboxStore::record_live_delivery`] (the question's turn is
+    /// open, L15) and moves the bundle's session back to `running` (decision 0032).
+    async fn accept_handoff(&self, pending_id: &str, at: Micros) -> RepoResult<HandoffAccepted>;
 
     /// The offering server takes its offer back: `false` when the holder accepted it first.
     async fn withdraw_handoff(&self, pending_id: &str) -> RepoResult<bool>;
@@ -256,16 +277,10 @@ where
         let mut tx = self.write_tx().await?;
         // Only while the question's turn is open: once the agent ended that turn, nobody
         // reads the call's result, whatever the server still thinks waits.
-        let recorded = sqlx::query::<DB>(
-            "UPDATE clarification_bundles SET delivery_pending = FALSE \
-             WHERE pending_id = $1 AND delivery_pending = TRUE \
-               AND NOT EXISTS (SELECT 1 FROM turns t \
-                               WHERE t.id = clarification_bundles.turn_id \
-                                 AND t.completed_at IS NOT NULL)",
-        )
-        .bind(pending_id)
-        .execute(&mut *tx)
-        .await?;
+        let recorded = sqlx::query::<DB>(LIVE_DELIVERY_RECORDED)
+            .bind(pending_id)
+            .execute(&mut *tx)
+            .await?;
         if recorded.rows_affected() == 0 {
             return Ok(LiveDelivery::TurnEnded);
         }
@@ -371,11 +386,7 @@ where
         Ok(())
     }
 
-    async fn accept_handoff(
-        &self,
-        pending_id: &str,
-        at: Micros,
-    ) -> RepoResult<Option<Option<SessionRecord>>> {
+    async fn accept_handoff(&self, pending_id: &str, at: Micros) -> RepoResult<HandoffAccepted> {
         let mut tx = self.write_tx().await?;
         let done = sqlx::query::<DB>(
             "UPDATE answer_handoffs SET state = 'delivered' WHERE pending_id = $1 AND state = 'offered'",
@@ -384,20 +395,24 @@ where
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
-            return Ok(None);
+            return Ok(HandoffAccepted::Withdrawn);
         }
-        // The bundle row, then its session's (decision 0028's lock order).
-        let session_id =
-            sqlx::query_scalar::<DB, String>(stmt!("{DELIVERY_RECORDED} RETURNING session_id"))
-                .bind(pending_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let session = match session_id {
-            Some(id) => move_session(&mut *tx, &id, SessionState::Running, at).await?,
-            None => None,
+        // The bundle row, then its session's (decision 0028's lock order). Returned as stored:
+        // nothing is read back after the commit (a failed read there would leave the waiting
+        // call without the answer it was just recorded to have).
+        let bundle = sqlx::query_as::<DB, BundleRecord>(stmt!(
+            "{LIVE_DELIVERY_RECORDED} RETURNING {BUNDLE_COLUMNS}"
+        ))
+        .bind(pending_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        // Nothing committed: the offer stays offered, and its server withdraws it.
+        let Some(bundle) = bundle else {
+            return Ok(HandoffAccepted::TurnEnded);
         };
+        let session = move_session(&mut *tx, &bundle.session_id, SessionState::Running, at).await?;
         tx.commit().await?;
-        Ok(Some(session))
+        Ok(HandoffAccepted::Delivered { bundle, session })
     }
 
     async fn withdraw_handoff(&self, pending_id: &str) -> RepoResult<bool> {
