@@ -34,6 +34,8 @@ both_http!(
     p4_a_burst_of_events_for_one_task_costs_one_refresh,
     p4_a_summary_that_comes_back_within_the_gather_is_not_rewritten,
     p10_a_projector_that_lagged_reconciles_every_task,
+    p10_a_projector_that_lagged_repairs_every_projected_field,
+    p10_a_request_that_finishes_while_the_server_drains_is_projected,
     p4_a_message_in_a_turn_that_counts_asks_for_no_refresh,
     p4_l19_a_message_that_makes_a_reservation_current_clears_its_question,
 );
@@ -999,6 +1001,122 @@ async fn p10_a_projector_that_lagged_reconciles_every_task(url: String) {
         "stored as well as published"
     );
     server.stop().await;
+}
+
+/// P10, P3: a lag lost events that moved more than the pending action — here the primary
+/// session's state, hence the task's activity. The repair after the lag refreshes every
+/// projected field, not only the pending action.
+async fn p10_a_projector_that_lagged_repairs_every_projected_field(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let quiet = Story::new(&server.state).await;
+    quiet.turn(&quiet.session).await;
+    let busy = Story::new(&server.state).await;
+    projector_idle(&server.state, &mut rx).await;
+    drop(rx);
+    let before = quiet.summary().await.expect("a summary").body;
+    assert_eq!(before.activity.as_deref(), Some("generating"), "{before:?}");
+    // Moved without an event: only a full refresh can see it.
+    server
+        .state
+        .repo
+        .set_session_state(
+            &quiet.session,
+            SessionState::WaitingForInput,
+            server.state.clock.now(),
+        )
+        .await
+        .unwrap()
+        .expect("moved");
+
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = Arc::new(AtomicU32::new(0));
+    let (g, h, task) = (gate.clone(), held.clone(), busy.task.clone());
+    server.state.hooks.set(
+        turnstile::server::hooks::Point::BeforeSummaryCas,
+        move |task_id| {
+            let hold = task_id == task && h.fetch_add(1, Ordering::SeqCst) == 0;
+            let g = g.clone();
+            async move {
+                if hold {
+                    g.acquire().await.expect("gate").forget();
+                }
+            }
+        },
+    );
+    busy.publish("session.message.added", &busy.session);
+    support::until("the busy task's refresh to reach the gate", async || {
+        held.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    for _ in 0..turnstile::server::startup::HUB_CAPACITY + 10 {
+        busy.publish("session.message.added", &busy.session);
+    }
+    gate.add_permits(1);
+    support::until("the lagged projector to repair the activity", async || {
+        quiet
+            .summary()
+            .await
+            .is_some_and(|s| s.body.activity.as_deref() == Some("idle"))
+    })
+    .await;
+    let after = quiet.summary().await.expect("a summary").body;
+    assert_eq!(
+        after.primary_session.map(|p| p.state),
+        Some(SessionState::WaitingForInput),
+        "the primary session's state too"
+    );
+    server
+        .state
+        .hooks
+        .clear(turnstile::server::hooks::Point::BeforeSummaryCas);
+    server.stop().await;
+}
+
+/// P10: a shutdown began while a request was still running (the HTTP server drains open
+/// requests before it exits); the projector stopped at once and the request's events were
+/// never projected: the task kept its question after the restart. The projector stops only
+/// once nothing serves requests any more (`startup::finish`).
+async fn p10_a_request_that_finishes_while_the_server_drains_is_projected(url: String) {
+    let server = TestServer::start(&url).await;
+    let mut rx = server.state.hub.subscribe();
+    let s = Story::new(&server.state).await;
+    let t1 = s.turn(&s.session).await;
+    let pending = s.ask(&s.session, &t1).await;
+    await_pending(&mut rx, &s.task, json!("clarification")).await;
+    projector_idle(&server.state, &mut rx).await;
+    let (arrived, go) = (
+        Arc::new(tokio::sync::Semaphore::new(0)),
+        Arc::new(tokio::sync::Semaphore::new(0)),
+    );
+    {
+        let (a, g) = (arrived.clone(), go.clone());
+        server
+            .state
+            .hooks
+            .set(turnstile::server::hooks::Point::AfterClaim, move |_| {
+                let (a, g) = (a.clone(), g.clone());
+                async move {
+                    a.add_permits(1);
+                    g.acquire().await.expect("gate").forget();
+                }
+            });
+    }
+    let rejecting = {
+        let api = support::Api::new(&server.base);
+        tokio::spawn(async move { api.respond(&pending, json!({ "rejected": true })).await })
+    };
+    arrived.acquire().await.unwrap().forget();
+    turnstile::server::startup::shutdown(&server.state);
+    go.add_permits(1);
+    let (status, body) = rejecting.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    turnstile::server::startup::finish(&server.state).await;
+    assert_eq!(
+        pending_in_summary(&s).await,
+        Value::Null,
+        "the rejection was projected before the projector stopped"
+    );
 }
 
 async fn pending_in_summary(s: &Story) -> Value {

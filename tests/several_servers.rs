@@ -51,6 +51,7 @@ mod on_postgres {
         l18_a_handed_over_answer_the_agents_server_cannot_record_is_owed_once,
         l15_an_answer_handed_over_to_a_turn_that_ended_is_owed_once,
         l15_a_handed_over_answer_is_not_read_back_after_its_commit,
+        p3_a_refresh_on_another_server_keeps_the_queued_prompt_count,
         n_a_server_that_just_started_forwards_to_the_sessions_server,
         n6_a_permission_answered_on_another_server_reaches_the_waiting_agent,
         n_a_server_whose_session_was_taken_over_stops_its_agent,
@@ -948,6 +949,48 @@ async fn l15_a_handed_over_answer_is_not_read_back_after_its_commit(url: String)
     let delivered = lines_starting(&api_a, &session, &[LIVE, RESUMED]).await;
     assert_eq!(delivered.len(), 1, "{delivered:?}");
     assert!(delivered[0].starts_with(LIVE), "{delivered:?}");
+    b.stop().await;
+    a.stop().await;
+}
+
+/// P3: prompts queue on the server that runs the session; a full refresh of the task's summary
+/// on another server wrote that server's own count (0) over them. The count is the session's,
+/// stored, so every server writes the same; the queue dies with its server, and so does the
+/// count.
+async fn p3_a_refresh_on_another_server_keeps_the_queued_prompt_count(url: String) {
+    use turnstile::server::summary::projector::{Scope, refresh_task};
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
+    let api_a = Api::new(&a.base);
+    let (task, session) = api_a.start_task("e2e:delay(60000)").await;
+    api_a
+        .wait_for(&format!("/api/v1/tasks/{task}/sessions"), "running", |v| {
+            v["sessions"][0]["state"] == "running"
+        })
+        .await;
+    let (status, body) = api_a
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "e2e:message(\"later\")" }),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), &body["queued"]),
+        (200, &json!(true)),
+        "{body}"
+    );
+    let queued = |n: u64| move |t: &Value| t["status_summary"]["queued_prompt_count"] == json!(n);
+    api_a
+        .wait_for(&format!("/api/v1/tasks/{task}"), "one queued", queued(1))
+        .await;
+    let refreshed = refresh_task(&b.state, &task, Scope::Full).await.unwrap();
+    assert_eq!(refreshed.body.queued_prompt_count, 1, "{refreshed:?}");
+    // The queue dies with its server: after a restart the count is 0.
+    a.stop().await;
+    let a = server(&url, "a").await;
+    Api::new(&a.base)
+        .wait_for(&format!("/api/v1/tasks/{task}"), "none queued", queued(0))
+        .await;
     b.stop().await;
     a.stop().await;
 }

@@ -198,39 +198,15 @@ impl AgentSlots {
     }
 }
 
-/// Per-session counters the projector and the stream merger read.
+/// Per-session counters the stream merger reads.
 #[derive(Default)]
 pub struct SessionCounters {
-    /// session → (task, prompts queued behind its open turn) for P3 `queued_prompt_count`.
-    queued: Mutex<HashMap<String, (String, u32)>>,
     /// session → rows written into its transcript by others than its worker (questions), so
     /// a streamed reply ends where such a row entered (no per-chunk query).
     foreign_rows: Mutex<HashMap<String, u64>>,
 }
 
 impl SessionCounters {
-    pub fn set_queued(&self, session: &str, task: &str, n: usize) {
-        let mut q = self.queued.lock().expect("queued lock");
-        if n == 0 {
-            q.remove(session);
-        } else {
-            q.insert(
-                session.to_string(),
-                (task.to_string(), u32::try_from(n).unwrap_or(u32::MAX)),
-            );
-        }
-    }
-
-    pub fn queued_for_task(&self, task: &str) -> u32 {
-        self.queued
-            .lock()
-            .expect("queued lock")
-            .values()
-            .filter(|(t, _)| t == task)
-            .map(|(_, n)| *n)
-            .sum()
-    }
-
     pub fn note_foreign_row(&self, session: &str) {
         *self
             .foreign_rows
@@ -270,6 +246,10 @@ pub struct Runtime {
     /// The projector's task, awaited at shutdown while it writes the refreshes it had queued
     /// (`startup::finish`).
     pub projector: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Stops the projector: cancelled by `startup::finish` once nothing publishes any more
+    /// (the HTTP server drained), not when a shutdown begins — events of requests that finish
+    /// during the drain are still projected (P10).
+    pub projector_stop: tokio_util::sync::CancellationToken,
 }
 
 /// Bundles a [`QuestionCache`] keeps; beyond it the oldest go first.
@@ -341,6 +321,7 @@ impl Runtime {
             counters: SessionCounters::default(),
             questions: QuestionCache::default(),
             projector: Mutex::new(None),
+            projector_stop: tokio_util::sync::CancellationToken::new(),
         }
     }
 }
@@ -383,16 +364,5 @@ mod tests {
         assert_eq!(slots.admit("a"), Ok(None), "already admitted");
         slots.leave("a");
         assert_eq!(slots.admit("d"), Ok(None));
-    }
-
-    #[test]
-    fn queued_prompts_add_up_per_task() {
-        let c = SessionCounters::default();
-        c.set_queued("s1", "t", 2);
-        c.set_queued("s2", "t", 1);
-        c.set_queued("s3", "u", 5);
-        assert_eq!(c.queued_for_task("t"), 3);
-        c.set_queued("s1", "t", 0);
-        assert_eq!(c.queued_for_task("t"), 1);
     }
 }

@@ -304,14 +304,16 @@ async fn others_alive(state: &AppState, now: crate::server::time::Micros) -> boo
     )
 }
 
-/// Ends a shutdown (begun by [`shutdown`], which this begins if nothing did): waits, at most
-/// [`PROJECTOR_FLUSH_WAIT`], for the projector to write the summary refreshes it had queued.
-/// Boot reconciliation repairs only pending actions (P7), so a refresh dropped here would leave
-/// a task's other fields stale until its next event.
+/// Ends a shutdown (begun by [`shutdown`], which this begins if nothing did), once nothing
+/// serves requests any more: stops the projector and waits, at most [`PROJECTOR_FLUSH_WAIT`],
+/// for it to write the summary refreshes it had queued — those of requests that finished while
+/// the server drained included. Boot reconciliation repairs only pending actions (P7), so a
+/// refresh dropped here would leave a task's other fields stale until its next event.
 pub async fn finish(state: &AppState) {
     if !state.shutdown.is_cancelled() {
         shutdown(state);
     }
+    state.runtime.projector_stop.cancel();
     let projector = state
         .runtime
         .projector

@@ -171,7 +171,8 @@ pub(super) struct Closed {
 }
 
 /// A session whose agent is gone: its open turns complete (owed resumes aside), its questions
-/// detach and stay answerable (L9), and it waits for input.
+/// detach and stay answerable (L9), its queued prompts are gone with its server, and it waits
+/// for input.
 pub(super) async fn close_session(
     repo: &dyn Repository,
     s: &SessionRecord,
@@ -187,6 +188,8 @@ pub(super) async fn close_session(
         closed.turns.push(turn);
     }
     closed.detached.extend(repo.detach_session(&s.id).await?);
+    // The prompts queued behind its turn were in its server's memory (P3).
+    repo.set_queued_prompts(&s.id, 0).await?;
     if s.state != SessionState::WaitingForInput {
         closed.moved = repo
             .set_session_state(&s.id, SessionState::WaitingForInput, now)

@@ -305,24 +305,24 @@ fn pending_actions(backend: Backend) -> String {
     )
 }
 
-/// Every session of the given tasks (id, task, state, primary flag) with its P1 pending action.
-/// The rows come back as one JSON array of `[session_id, task_id, state, is_primary,
-/// pending_action]` ([`super::sql::json_rows`]).
+/// Every session of the given tasks (id, task, state, primary flag) with its P1 pending action
+/// and its queued prompts (P3). The rows come back as one JSON array of `[session_id, task_id,
+/// state, is_primary, pending_action, queued_prompts]` ([`super::sql::json_rows`]).
 fn task_sessions(backend: Backend) -> String {
     let rows = super::sql::json_rows(
         backend,
-        "cur.session_id, cur.task_id, cur.state, cur.is_primary, cur.pending_action",
+        "cur.session_id, cur.task_id, cur.state, cur.is_primary, cur.pending_action, cur.queued",
         "",
     );
     format!(
         "WITH cur AS ( \
            SELECT s.id AS session_id, s.task_id AS task_id, s.state AS state, \
                   s.is_primary AS is_primary, \
-                  s.current_turn_pending AS pending \
+                  s.current_turn_pending AS pending, s.queued_prompts AS queued \
            FROM sessions s WHERE {ids} \
          ) \
          SELECT {rows} FROM (SELECT cur.session_id, cur.task_id, cur.state, cur.is_primary, \
-                                    {pending} AS pending_action FROM cur) AS cur",
+                                    {pending} AS pending_action, cur.queued FROM cur) AS cur",
         ids = is_one_of_json_ids(backend, "s.task_id"),
         pending = pending_action_of_cur(),
     )

@@ -28,15 +28,18 @@ pub struct TaskSession {
     pub state: SessionState,
     pub is_primary: bool,
     pub pending_action: Option<PendingAction>,
+    /// Prompts waiting behind its open turn (P3).
+    pub queued_prompts: u32,
 }
 
 /// Reads the column the authority's `task_sessions` statement wrote.
 fn task_sessions_from_json(text: &str) -> RepoResult<Vec<TaskSession>> {
-    type Row = (String, String, String, JsonBool, Option<String>);
+    type Row = (String, String, String, JsonBool, Option<String>, i64);
     let rows: Vec<Row> = rows_from_json(text, "task sessions")?;
     rows.into_iter()
-        .map(|(session_id, task_id, state, is_primary, action)| {
+        .map(|(session_id, task_id, state, is_primary, action, queued)| {
             Ok(TaskSession {
+                queued_prompts: u32::try_from(queued.max(0)).unwrap_or(u32::MAX),
                 session_id,
                 task_id,
                 state: state.parse().map_err(RepoError::Corrupt)?,

@@ -31,6 +31,9 @@ pub trait SessionStore: Send + Sync {
 
     async fn set_primary_session(&self, id: &str) -> RepoResult<bool>;
 
+    /// P3: how many prompts wait behind the session's open turn (written only on a change).
+    async fn set_queued_prompts(&self, id: &str, n: i64) -> RepoResult<()>;
+
     /// The session whose MCP bearer token hashes to `hash` (only hashes are stored).
     async fn get_session_by_token_hash(&self, hash: &str) -> RepoResult<Option<SessionRecord>>;
 
@@ -159,6 +162,17 @@ where
         let moved = move_session(&mut *tx, id, state, at).await?;
         tx.commit().await?;
         Ok(moved)
+    }
+
+    async fn set_queued_prompts(&self, id: &str, n: i64) -> RepoResult<()> {
+        sqlx::query::<DB>(
+            "UPDATE sessions SET queued_prompts = $2 WHERE id = $1 AND queued_prompts <> $2",
+        )
+        .bind(id)
+        .bind(n)
+        .execute(&mut *self.writer().await?)
+        .await?;
+        Ok(())
     }
 
     async fn set_primary_session(&self, id: &str) -> RepoResult<bool> {

@@ -15,15 +15,18 @@ pub struct Projection {
     pub activity: Option<String>,
     /// How many sessions the task has (the task view's `session_count`; not a summary field).
     pub session_count: u32,
+    /// P3: prompts queued behind the open turns of its sessions.
+    pub queued_prompt_count: u32,
 }
 
 impl Projection {
-    /// The full projector (P4) replaces the session-derived fields and keeps the rest
-    /// (last error, queued prompts).
+    /// The full projector (P4) replaces the session-derived fields and keeps the rest (the
+    /// last error).
     pub fn apply(&self, mut body: SummaryBody) -> SummaryBody {
         body.pending_action = self.pending_action;
         body.primary_session = self.primary_session.clone();
         body.activity = self.activity.clone();
+        body.queued_prompt_count = self.queued_prompt_count;
         body
     }
 
@@ -81,6 +84,7 @@ fn project(task_ids: &[String], sessions: &[TaskSession]) -> HashMap<String, Pro
             continue;
         };
         p.session_count += 1;
+        p.queued_prompt_count = p.queued_prompt_count.saturating_add(s.queued_prompts);
         p.pending_action = PendingAction::aggregate([p.pending_action, s.pending_action]);
         if s.is_primary {
             p.primary_session = Some(PrimarySessionRef {

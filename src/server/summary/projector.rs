@@ -101,9 +101,6 @@ async fn refresh_with(
             (Some(s), Scope::Full) => projection.apply(s.body.clone()),
             (None, _) => projection.apply(Default::default()),
         };
-        if scope == Scope::Full || stored.is_none() {
-            body.queued_prompt_count = state.runtime.counters.queued_for_task(task_id);
-        }
         edit(&mut body);
         state
             .hooks
@@ -237,7 +234,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
             let next_at = due.next_at();
             let received = tokio::select! {
                 biased;
-                () = state.shutdown.cancelled() => None,
+                () = state.runtime.projector_stop.cancelled() => None,
                 e = events.recv() => Some(e),
                 () = async {
                     match next_at {
@@ -246,7 +243,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                     }
                 } => None,
             };
-            let stopping = state.shutdown.is_cancelled();
+            let stopping = state.runtime.projector_stop.is_cancelled();
             let now = Instant::now();
             let mut lagged = 0;
             match received {
@@ -263,8 +260,8 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 }
             }
             if lagged > 0 {
-                tracing::warn!(missed = lagged, "projector lagged; reconciling every task");
-                if let Err(e) = super::reconcile::reconcile_all(&state).await {
+                tracing::warn!(missed = lagged, "projector lagged; refreshing every task");
+                if let Err(e) = super::reconcile::refresh_all(&state).await {
                     tracing::warn!(error = %e, "reconciliation after lag failed");
                 }
                 continue;

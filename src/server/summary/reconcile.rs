@@ -1,6 +1,7 @@
 //! Reconciliation (P7): at boot and on every task-list read, existing summaries whose pending
 //! action disagrees with the repository are repaired (only that field; revision bumped;
-//! `task.status_summary.updated` published) and missing ones are built.
+//! `task.status_summary.updated` published) and missing ones are built. After the projector
+//! lagged (P10), every projected field of every summary is repaired the same way.
 
 use std::collections::HashMap;
 
@@ -34,12 +35,25 @@ pub async fn reconcile(
     reconcile_stored(state, task_ids, stored).await
 }
 
-/// [`reconcile`] with the stored summaries already read (the task list reads them with its
-/// page in one statement, B2). They must have been read before this reads the authority.
+/// [`reconcile_stored`] (P7 reads and boot): only the pending action of an existing summary
+/// is repaired.
 pub async fn reconcile_stored(
     state: &AppState,
     task_ids: &[String],
+    stored: HashMap<String, SummaryRecord>,
+) -> RepoResult<(HashMap<String, Projection>, HashMap<String, Reconciled>)> {
+    repair(state, task_ids, stored, Scope::PendingOnly).await
+}
+
+/// [`reconcile`] with the stored summaries already read (the task list reads them with its
+/// page in one statement, B2); they must have been read before this reads the authority.
+/// `scope` says what of an existing summary is repaired: its pending action (P7), or every
+/// projected field (P10: a projector that lagged missed events that moved any of them).
+async fn repair(
+    state: &AppState,
+    task_ids: &[String],
     mut stored: HashMap<String, SummaryRecord>,
+    scope: Scope,
 ) -> RepoResult<(HashMap<String, Projection>, HashMap<String, Reconciled>)> {
     // The stored summaries first, then the authority: a change projected between the two
     // reads has bumped the revision, so the older view read here loses its compare-and-set
@@ -53,20 +67,26 @@ pub async fn reconcile_stored(
     for id in task_ids {
         let projection = projections.get(id).cloned().unwrap_or_default();
         match stored.remove(id) {
-            Some(s) if s.body.pending_action == projection.pending_action && !s.invalidated => {
-                out.insert(id.clone(), Reconciled::Fresh(s));
+            Some(s) => {
+                let body = match scope {
+                    Scope::PendingOnly => projection.apply_pending_only(s.body.clone()),
+                    Scope::Full => projection.apply(s.body.clone()),
+                };
+                if body == s.body && !s.invalidated {
+                    out.insert(id.clone(), Reconciled::Fresh(s));
+                } else {
+                    writes.push((
+                        scope,
+                        SummaryWrite {
+                            task_id: id.clone(),
+                            expected: Some(s.revision),
+                            body,
+                        },
+                    ));
+                }
             }
-            Some(s) => writes.push((
-                Scope::PendingOnly,
-                SummaryWrite {
-                    task_id: id.clone(),
-                    expected: Some(s.revision),
-                    body: projection.apply_pending_only(s.body),
-                },
-            )),
             None => {
-                let mut body = projection.apply(Default::default());
-                body.queued_prompt_count = state.runtime.counters.queued_for_task(id);
+                let body = projection.apply(Default::default());
                 writes.push((
                     Scope::Full,
                     SummaryWrite {
@@ -130,6 +150,16 @@ async fn refreshed(state: &AppState, id: &str, scope: Scope) -> Reconciled {
 
 /// Boot (P7): every task. Returns how many summaries failed to repair.
 pub async fn reconcile_all(state: &AppState) -> RepoResult<usize> {
+    every_task(state, Scope::PendingOnly).await
+}
+
+/// After the projector lagged (P10): every task, every projected field. Returns how many
+/// summaries failed to repair.
+pub async fn refresh_all(state: &AppState) -> RepoResult<usize> {
+    every_task(state, Scope::Full).await
+}
+
+async fn every_task(state: &AppState, scope: Scope) -> RepoResult<usize> {
     let ids: Vec<String> = state
         .repo
         .list_tasks()
@@ -137,7 +167,8 @@ pub async fn reconcile_all(state: &AppState) -> RepoResult<usize> {
         .into_iter()
         .map(|t| t.id)
         .collect();
-    let (_, results) = reconcile(state, &ids).await?;
+    let stored = state.repo.get_summaries(&ids).await?;
+    let (_, results) = repair(state, &ids, stored, scope).await?;
     Ok(results
         .values()
         .filter(|r| matches!(r, Reconciled::Failed(_)))

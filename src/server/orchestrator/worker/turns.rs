@@ -81,12 +81,15 @@ impl Worker {
         })
     }
 
-    /// P3: the task's summary shows how many prompts wait.
+    /// P3: the task's summary shows how many prompts wait (the count is the session's, stored,
+    /// so a refresh on any server reads it).
     pub(super) async fn queue_changed(&self) {
-        self.state
-            .runtime
-            .counters
-            .set_queued(&self.session_id, &self.task_id, self.queue.len());
+        let r = self
+            .state
+            .repo
+            .set_queued_prompts(&self.session_id, self.queue.len() as i64)
+            .await;
+        self.log("cannot record the queued-prompt count", r);
         let r = projector::refresh_task(&self.state, &self.task_id, projector::Scope::Full).await;
         self.log("refreshing the queued-prompt count failed", r);
     }
