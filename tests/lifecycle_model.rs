@@ -88,7 +88,7 @@ impl Seq {
 
     async fn new_turn(&mut self) {
         let at = self.tick();
-        let t = self
+        let inserted = self
             .repo
             .insert_turn(&NewTurn {
                 id: None,
@@ -96,9 +96,17 @@ impl Seq {
                 started_at: at,
                 created_at: at,
             })
-            .await
-            .unwrap();
-        self.m.push_turn(t.id);
+            .await;
+        // L18/I4: no turn starts while an answer is owed (the owed resume goes first).
+        if !self.m.owed.is_empty() {
+            match inserted {
+                Err(turnstile::server::repo::RepoError::ResumeOwed(_)) => return,
+                other => self.fail(&format!(
+                    "L18: a turn started while an answer was owed: {other:?}"
+                )),
+            }
+        }
+        self.m.push_turn(inserted.unwrap().id);
     }
 
     async fn ask(&mut self, detach: bool) {

@@ -9,6 +9,10 @@ use crate::server::orchestrator::{publish, sessions};
 use crate::server::repo::Backend;
 use crate::server::runtime::WaiterMsg;
 
+/// What a crash's reason says when an answer waits for the agent (L18).
+const KEPT: &str =
+    "Your answer is kept and will be sent when the agent starts again: send a message or retry.";
+
 impl Worker {
     pub(super) async fn ensure_agent(&mut self) -> Result<(), WorkerError> {
         if self.agent.is_some() {
@@ -156,17 +160,47 @@ impl Worker {
 
     /// The agent crashed or could not start: the reason is shown and the session fails (L11
     /// expires its questions) — unless an answer is owed to it (L18): then the session waits
-    /// and the next launch delivers the answer. Which of the two is decided by the guarded move
-    /// to `failed` itself (an answer owed at any moment before it keeps the session), and the
-    /// text follows that decision.
+    /// and the next launch delivers the answer. The guarded move to `failed` decides (an answer
+    /// owed at any moment before it keeps the session waiting); the reason is written before
+    /// it, worded from a first look, and completed by a note if an answer became owed since.
     pub(super) async fn fail(&mut self, reason: &str) {
         tracing::warn!(session_id = %self.session_id, reason, "agent failed");
         self.failed = true;
         self.stop_agent().await;
+        let owed = self.owes_an_answer().await;
+        let shown = if owed {
+            format!("{reason}\n{KEPT}")
+        } else {
+            reason.to_string()
+        };
+        let turn = match self.open_turn.take() {
+            Some(turn_id) => {
+                self.system_error(&turn_id, shown.clone()).await;
+                self.complete_turn(&turn_id).await;
+                Some(turn_id)
+            }
+            // Idle: the reason goes into the current turn, which stays as it is.
+            None => {
+                let current = self
+                    .state
+                    .repo
+                    .current_turn_id(&self.session_id)
+                    .await
+                    .ok()
+                    .flatten();
+                if let Some(turn_id) = &current {
+                    self.system_error(turn_id, shown.clone()).await;
+                }
+                current
+            }
+        };
+        self.queue.clear();
+        self.queue_changed().await;
         self.state
             .hooks
             .run(crate::server::hooks::Point::Failing, &self.session_id)
             .await;
+        // The state first: whoever sees the summary's reason sees the session's final state.
         let failed = match sessions::set_state(&self.state, &self.session_id, SessionState::Failed)
             .await
         {
@@ -176,43 +210,32 @@ impl Worker {
                 false
             }
         };
-        let owed = !failed
-            && self
-                .state
-                .repo
-                .owed_resumes(&self.session_id)
-                .await
-                .map(|o| !o.is_empty())
-                .unwrap_or(true);
-        let shown = if owed {
-            format!(
-                "{reason}\nYour answer is kept and will be sent when the agent starts again: send \
-                 a message or retry."
-            )
+        let shown = if !failed && !owed && self.owes_an_answer().await {
+            // Owed between the first look and the move: the move kept the session waiting.
+            if let Some(turn_id) = &turn {
+                self.system_error(turn_id, KEPT.to_string()).await;
+            }
+            format!("{reason}\n{KEPT}")
         } else {
-            reason.to_string()
+            shown
         };
-        match self.open_turn.take() {
-            Some(turn_id) => {
-                self.system_error(&turn_id, shown.clone()).await;
-                self.complete_turn(&turn_id).await;
-            }
-            // Idle: the reason goes into the current turn, which stays as it is.
-            None => {
-                if let Ok(Some(turn_id)) = self.state.repo.current_turn_id(&self.session_id).await {
-                    self.system_error(&turn_id, shown.clone()).await;
-                }
-            }
-        }
-        self.queue.clear();
-        self.queue_changed().await;
         if !failed {
-            // The state first: whoever sees the reason sees the session's final state.
             let r =
                 sessions::set_state(&self.state, &self.session_id, SessionState::WaitingForInput)
                     .await;
             self.log("cannot change the session state", r);
         }
         self.record_error(&shown).await;
+    }
+
+    /// Whether an answer is owed to this session's agent (L18); a failed read counts as owed
+    /// (the guarded move decides in the end).
+    async fn owes_an_answer(&self) -> bool {
+        self.state
+            .repo
+            .owed_resumes(&self.session_id)
+            .await
+            .map(|o| !o.is_empty())
+            .unwrap_or(true)
     }
 }
