@@ -80,6 +80,7 @@ async fn populate(repo: &Arc<dyn Repository>, turns: usize) -> Vec<String> {
                     session_id: session.clone(),
                     started_at: at,
                     created_at: at,
+                    fence: None,
                 })
                 .await
                 .unwrap()

@@ -164,6 +164,7 @@ async fn build_history(repo: &Arc<dyn Repository>, rng: &mut SmallRng) -> Vec<Mo
                     session_id: s.id.clone(),
                     started_at,
                     created_at,
+                    fence: None,
                 })
                 .await
                 .unwrap();
@@ -274,6 +275,7 @@ async fn build_history(repo: &Arc<dyn Repository>, rng: &mut SmallRng) -> Vec<Mo
                     session_id: s.id.clone(),
                     started_at: at,
                     created_at: at,
+                    fence: None,
                 })
                 .await
                 .unwrap();
@@ -310,7 +312,7 @@ async fn move_reservations(repo: &Arc<dyn Repository>, s: &mut ModelSession, rng
             }
             let at = T0 + rng.random_range(0..6);
             let expected = s.current_turn() == Some(t.id.as_str()) && !s.state.is_terminal();
-            let dispatched = repo.dispatch_resume(&t.id, at).await.unwrap();
+            let dispatched = repo.dispatch_resume(&t.id, at, None).await.unwrap();
             assert_eq!(dispatched, expected, "dispatch of {t:?} in {s:#?}");
             if dispatched {
                 s.turns[k].reserved = false;

@@ -96,7 +96,7 @@ async fn crash_story(url: String, at: CrashAt) {
                 .unwrap()
                 .expect("owed");
             if matches!(at, CrashAt::Dispatched) {
-                assert!(repo.dispatch_resume(&owed.id, now + 2).await.unwrap());
+                assert!(repo.dispatch_resume(&owed.id, now + 2, None).await.unwrap());
             }
         }
     }

@@ -943,6 +943,7 @@ async fn d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it(repo: Arc<dy
         session_id: session.id.clone(),
         started_at: at,
         created_at: at,
+        fence: None,
     };
     let t0 = repo.insert_turn(&turn(10)).await.unwrap();
     let (b, _) = repo
@@ -981,9 +982,9 @@ async fn d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it(repo: Arc<dy
         "owed counts (L1)"
     );
     // Dispatched, it starts now: it is the running, current turn.
-    assert!(repo.dispatch_resume(&owed.id, 50).await.unwrap());
+    assert!(repo.dispatch_resume(&owed.id, 50, None).await.unwrap());
     assert!(
-        !repo.dispatch_resume(&owed.id, 51).await.unwrap(),
+        !repo.dispatch_resume(&owed.id, 51, None).await.unwrap(),
         "exactly once"
     );
     assert_eq!(
@@ -1036,7 +1037,7 @@ async fn d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it(repo: Arc<dy
         repo.current_turn_id(&session.id).await.unwrap(),
         Some(stale.id.clone())
     );
-    assert!(repo.dispatch_resume(&stale.id, 90).await.unwrap());
+    assert!(repo.dispatch_resume(&stale.id, 90, None).await.unwrap());
     assert!(repo.complete_turn(&stale.id, 91).await.unwrap());
     let t3 = repo.insert_turn(&turn(200)).await.unwrap();
     let (b3, _) = repo
@@ -1071,7 +1072,7 @@ async fn d6_l1_a_dispatched_resume_is_newer_than_any_turn_before_it(repo: Arc<dy
         repo.current_turn_id(&session.id).await.unwrap(),
         Some(late.id.clone())
     );
-    assert!(repo.dispatch_resume(&late.id, 400).await.unwrap());
+    assert!(repo.dispatch_resume(&late.id, 400, None).await.unwrap());
 }
 
 /// Defect 6 (service): the resume runs as the current turn, before prompts queued behind it.

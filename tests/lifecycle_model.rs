@@ -95,6 +95,7 @@ impl Seq {
                 session_id: self.session.clone(),
                 started_at: at,
                 created_at: at,
+                fence: None,
             })
             .await;
         // L18/I4: no turn starts while an answer is owed (the owed resume goes first).
@@ -311,7 +312,7 @@ impl Seq {
         let turn = self.m.owed[0].clone();
         let at = self.tick();
         let expected = !self.m.terminal && self.m.current() == Some(&turn);
-        let dispatched = self.repo.dispatch_resume(&turn, at).await.unwrap();
+        let dispatched = self.repo.dispatch_resume(&turn, at, None).await.unwrap();
         if dispatched != expected {
             self.fail(&format!(
                 "dispatch_resume = {dispatched}, model says {expected}"
@@ -321,7 +322,7 @@ impl Seq {
             return;
         }
         self.m.owed.remove(0);
-        if self.repo.dispatch_resume(&turn, at).await.unwrap() {
+        if self.repo.dispatch_resume(&turn, at, None).await.unwrap() {
             self.fail("I4: an owed resume was dispatched twice");
         }
         self.m.turns.retain(|t| t != &turn);

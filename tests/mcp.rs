@@ -316,6 +316,7 @@ async fn l5_a_question_superseded_right_after_its_commit_ends_its_call(url: Stri
                 session_id: s,
                 started_at: at,
                 created_at: at,
+                fence: None,
             })
             .await
             .expect("a newer turn");

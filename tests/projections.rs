@@ -108,6 +108,7 @@ impl Story {
                 session_id: session.into(),
                 started_at: now,
                 created_at: now,
+                fence: None,
             })
             .await
             .unwrap();

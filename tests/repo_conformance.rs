@@ -68,6 +68,7 @@ impl World {
                 session_id: session.to_string(),
                 started_at,
                 created_at,
+                fence: None,
             })
             .await
             .expect("insert turn")
@@ -162,6 +163,7 @@ fn answer_claim() -> Claim {
 }
 
 both!(
+    n_a_session_is_claimed_by_one_live_server_and_a_takeover_fences_the_old_claim,
     l1_equal_started_at_falls_back_to_created_at_then_id,
     l1_completed_turn_stays_current,
     l2_older_turn_pending_bundle_is_never_active,
@@ -1245,4 +1247,102 @@ async fn p1_session_and_message_writes_return_the_p1_of_their_own_statement(
         .await
         .unwrap();
     assert_eq!(after.pending_action, None);
+}
+
+/// One agent per session across servers: a claim is a compare-and-set (granted when unowned,
+/// already this server's, or its owner is dead); a takeover passes the session on only from a
+/// dead owner; each bumps the epoch, and the writes that start agent work (a prompt's turn, a
+/// dispatched resume) carrying an old claim are refused.
+async fn n_a_session_is_claimed_by_one_live_server_and_a_takeover_fences_the_old_claim(
+    repo: Arc<dyn Repository>,
+) {
+    use turnstile::server::repo::{Fence, RepoError};
+    let w = World::new(repo).await;
+    let s = w.session(SessionState::WaitingForInput).await;
+    let (alive, dead) = (T0 - 10, T0 + 10);
+    w.repo.beat("a", T0).await.unwrap();
+    w.repo.beat("b", T0).await.unwrap();
+    assert_eq!(w.repo.claim_session(&s, "a", alive).await.unwrap(), Some(1));
+    assert_eq!(
+        w.repo.claim_session(&s, "b", alive).await.unwrap(),
+        None,
+        "A is alive"
+    );
+    assert_eq!(
+        w.repo.claim_session(&s, "a", alive).await.unwrap(),
+        Some(2),
+        "A again"
+    );
+    assert_eq!(
+        w.repo.transfer_session(&s, "a", "b", alive).await.unwrap(),
+        None,
+        "not from a live owner"
+    );
+    assert_eq!(
+        w.repo.transfer_session(&s, "c", "b", dead).await.unwrap(),
+        None,
+        "not from a server that does not own it"
+    );
+    let a = Fence {
+        server_id: "a".into(),
+        epoch: 2,
+    };
+    let turn = |at: i64, fence: &Fence| NewTurn {
+        id: None,
+        session_id: s.clone(),
+        started_at: at,
+        created_at: at,
+        fence: Some(fence.clone()),
+    };
+    let t1 = w.repo.insert_turn(&turn(T0, &a)).await.unwrap();
+    assert_eq!(
+        w.repo.transfer_session(&s, "a", "b", dead).await.unwrap(),
+        Some(3)
+    );
+    let b = Fence {
+        server_id: "b".into(),
+        epoch: 3,
+    };
+    assert!(matches!(
+        w.repo.insert_turn(&turn(T0 + 1, &a)).await,
+        Err(RepoError::Fenced(_))
+    ));
+    // An answer owed in A's turn: A's dispatch is refused, B's goes through, once.
+    let p = w.ask(&s, &t1.id, T0 + 2).await;
+    w.repo.detach_bundle(&p).await.unwrap();
+    assert!(matches!(
+        w.repo
+            .claim_bundle(&p, &answer_claim(), T0 + 3)
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    let owed = w
+        .repo
+        .owe_resume(&p, "resume", T0 + 4)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        w.repo.dispatch_resume(&owed.id, T0 + 5, Some(&a)).await,
+        Err(RepoError::Fenced(_))
+    ));
+    assert!(
+        w.repo
+            .dispatch_resume(&owed.id, T0 + 6, Some(&b))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !w.repo
+            .dispatch_resume(&owed.id, T0 + 7, Some(&b))
+            .await
+            .unwrap()
+    );
+    assert!(w.repo.insert_turn(&turn(T0 + 8, &b)).await.is_ok());
+    assert_eq!(
+        w.repo.claim_session(&s, "a", alive).await.unwrap(),
+        None,
+        "B owns it and is alive"
+    );
 }

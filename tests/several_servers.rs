@@ -52,6 +52,8 @@ mod on_postgres {
         l15_an_answer_handed_over_to_a_turn_that_ended_is_owed_once,
         l15_a_handed_over_answer_is_not_read_back_after_its_commit,
         p3_a_refresh_on_another_server_keeps_the_queued_prompt_count,
+        n_a_paused_server_starts_no_agent_work_for_a_session_taken_over,
+        n_a_server_never_launches_an_agent_for_a_live_servers_session,
         n_a_server_that_just_started_forwards_to_the_sessions_server,
         n6_a_permission_answered_on_another_server_reaches_the_waiting_agent,
         n_a_server_whose_session_was_taken_over_stops_its_agent,
@@ -1053,6 +1055,94 @@ async fn n6_a_permission_answered_on_another_server_reaches_the_waiting_agent(ur
     a.stop().await;
 }
 
+/// One agent per session: A was paused (its heartbeat stalled, its agent and worker went on)
+/// long enough for B to take the session over; then A's turn ended and A went to deliver the
+/// answer owed to its agent. A's claim is fenced by B's takeover (a new epoch): A's dispatch is
+/// refused, A stops its agent, and B delivers the answer, once. Forced: A's heartbeat and its
+/// turn's end are held until B took the session; B is held until A decided.
+async fn n_a_paused_server_starts_no_agent_work_for_a_session_taken_over(url: String) {
+    use turnstile::server::hooks::Point;
+    let a = server_with_ttl(&url, "a", 600).await;
+    let api_a = Api::new(&a.base);
+    let (ending, end) = pause_at(&a, Point::StepGuard);
+    let (_, session) = api_a.start_task(&detached_then("e2e:delay(500)")).await;
+    let pending = api_a.pending_id(&session).await;
+    api_a
+        .wait_for(
+            &format!("/api/v1/clarifications/{pending}"),
+            "detached",
+            |b| b["detached"] == true,
+        )
+        .await;
+    let (status, body) = api_a.respond(&pending, answer("sqlite")).await;
+    assert_eq!(
+        (status.as_u16(), &body["claimed"]),
+        (200, &json!(true)),
+        "{body}"
+    );
+    // A's turn ends (held before it delivers what is owed); A stops beating.
+    ending.acquire().await.unwrap().forget();
+    let (_beating, _beat) = pause_at(&a, Point::Beat);
+    let b = server_with_ttl(&url, "b", 600).await;
+    let (taking, take) = pause_at(&b, Point::TakingOver);
+    taking.acquire().await.unwrap().forget();
+    // B owns the session now; A goes on and tries to hand its agent the answer.
+    a.state.hooks.clear(Point::StepGuard);
+    end.add_permits(1);
+    support::until("A to stop its agent for the session B owns", async || {
+        a.state.runtime.agents.count() == 0 && a.state.runtime.owned.is_empty()
+    })
+    .await;
+    assert_eq!(
+        lines_starting(&api_a, &session, &[RESUMED]).await.len(),
+        0,
+        "A handed nothing over"
+    );
+    b.state.hooks.clear(Point::TakingOver);
+    take.add_permits(1);
+    let api_b = Api::new(&b.base);
+    api_b.wait_turns_done(&session, 2).await;
+    assert_eq!(
+        lines_starting(&api_b, &session, &[RESUMED]).await.len(),
+        1,
+        "I4"
+    );
+    assert_eq!(b.state.runtime.owned.keys(), vec![session.clone()]);
+    b.stop().await;
+    a.stop().await;
+}
+
+/// One agent per session: B is asked to deliver an answer owed in a session whose agent runs
+/// on A, which is alive. B's claim is refused (A owns it and beats), so B launches no agent;
+/// A delivers.
+async fn n_a_server_never_launches_an_agent_for_a_live_servers_session(url: String) {
+    let a = server(&url, "a").await;
+    let b = server(&url, "b").await;
+    let api_a = Api::new(&a.base);
+    let (task, session) = api_a.start_task(&detached_then("e2e:delay(300)")).await;
+    let pending = api_a.pending_id(&session).await;
+    api_a.wait_turns_done(&session, 1).await;
+    // B acts for the session as if it ran it (the wake-up that forwarding sends to A).
+    turnstile::server::orchestrator::worker::deliver_owed(&b.state, &session, &task);
+    let (status, body) = api_a.respond(&pending, answer("sqlite")).await;
+    assert_eq!(
+        (status.as_u16(), &body["claimed"]),
+        (200, &json!(true)),
+        "{body}"
+    );
+    turnstile::server::orchestrator::worker::deliver_owed(&b.state, &session, &task);
+    api_a.wait_turns_done(&session, 2).await;
+    assert_eq!(
+        lines_starting(&api_a, &session, &[RESUMED]).await.len(),
+        1,
+        "I4"
+    );
+    assert_eq!(b.state.runtime.agents.count(), 0, "B launched no agent");
+    assert!(b.state.runtime.owned.is_empty());
+    b.stop().await;
+    a.stop().await;
+}
+
 /// A with a short TTL, one session whose agent runs on A (idle after its first turn).
 async fn session_running_on(url: &str, ttl_ms: u64) -> (TestServer, String) {
     let a = server_with_ttl(url, "a", ttl_ms).await;
@@ -1071,7 +1161,10 @@ async fn n_a_server_whose_session_was_taken_over_stops_its_agent(url: String) {
     let (a, session) = session_running_on(&url, 1_500).await;
     let repo = a.state.repo.clone();
     repo.beat("b", a.state.clock.now()).await.unwrap();
-    repo.set_session_owner(&session, "b").await.unwrap();
+    repo.transfer_session(&session, "a", "b", i64::MAX)
+        .await
+        .unwrap()
+        .expect("transferred");
     support::until(
         "A to stop the agent of the session B runs now",
         async || a.state.runtime.agents.count() == 0 && a.state.runtime.owned.is_empty(),

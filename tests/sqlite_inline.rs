@@ -46,6 +46,7 @@ async fn b3_sqlite_statements_run_on_the_callers_thread() {
             session_id: session.clone(),
             started_at: 10_000,
             created_at: 10_000,
+            fence: None,
         })
         .await
         .unwrap();

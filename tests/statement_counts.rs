@@ -103,6 +103,7 @@ async fn ask_counts(url: &str, turn_reads: &AtomicUsize) {
             session_id: session.clone(),
             started_at: 10,
             created_at: 10,
+            fence: None,
         })
         .await
         .unwrap();

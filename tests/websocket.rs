@@ -122,6 +122,7 @@ async fn summary_updates_reach_every_client_and_messages_only_subscribers(url: S
             session_id: session.clone(),
             started_at: now,
             created_at: now,
+            fence: None,
         })
         .await
         .unwrap()

@@ -95,6 +95,11 @@ pub enum Point {
     /// A server decided an answer offer it took (delivered, or left for its server to
     /// withdraw); the key is the pending id.
     Accepted,
+    /// A server took a dead server's session over (the owner row names it now), before it
+    /// recovers the session; the key is the session id.
+    TakingOver,
+    /// Before a server records its heartbeat; the key is the server id.
+    Beat,
 }
 
 impl Point {
@@ -127,6 +132,8 @@ impl Point {
             Point::Accepting => "accepting",
             Point::Withdraw => "withdraw",
             Point::Accepted => "accepted",
+            Point::TakingOver => "taking-over",
+            Point::Beat => "beat",
         }
     }
 }

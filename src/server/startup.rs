@@ -247,8 +247,9 @@ fn spawn_heartbeat(state: &AppState) {
                 _ = state.shutdown.cancelled() => return,
                 _ = tokio::time::sleep(every) => {}
             }
-            let now = state.clock.now();
             let server = &state.runtime.config.server_id;
+            state.hooks.run(Point::Beat, server).await;
+            let now = state.clock.now();
             // Bounded: an unreachable database must not hold the loop past the fence time.
             let beat = match tokio::time::timeout(every, state.repo.beat(server, now)).await {
                 Ok(r) => r.map_err(|e| e.to_string()),

@@ -980,6 +980,7 @@ pub async fn session_with_history(repo: &Arc<dyn Repository>, turns: usize) -> (
                 session_id: session.clone(),
                 started_at: at,
                 created_at: at,
+                fence: None,
             })
             .await
             .unwrap()

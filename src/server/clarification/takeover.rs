@@ -23,11 +23,18 @@ pub async fn take_over_dead(state: &AppState, dead_before: i64) -> RepoResult<us
         .sessions_of_dead_servers(own, dead_before)
         .await?
     {
+        // The session passes to this server (a new epoch: the dead server's writes are refused
+        // from here on, should it come back) before anything of it is touched.
         if state
             .repo
-            .release_session_owner(&session_id, &owner)
+            .transfer_session(&session_id, &owner, own, dead_before)
             .await?
+            .is_some()
         {
+            state
+                .hooks
+                .run(crate::server::hooks::Point::TakingOver, &session_id)
+                .await;
             tracing::warn!(
                 session_id,
                 owner,

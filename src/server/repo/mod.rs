@@ -65,6 +65,9 @@ pub enum RepoError {
     /// Nothing written: the session owes its agent an answer, which goes first (L18).
     #[error("session {0} owes its agent an answer, which goes first")]
     ResumeOwed(String),
+    /// Nothing written: another server claimed the session since this server's claim.
+    #[error("another server runs session {0} now")]
+    Fenced(String),
 }
 
 pub type RepoResult<T> = Result<T, RepoError>;
@@ -77,6 +80,9 @@ impl From<RepoError> for crate::model::AppError {
         match e {
             RepoError::Invalid(m) => crate::model::AppError::BadRequest(m),
             RepoError::NotFound(m) => crate::model::AppError::NotFound(m),
+            e @ (RepoError::ResumeOwed(_) | RepoError::Fenced(_)) => {
+                crate::model::AppError::Unavailable(format!("{e}; send again"))
+            }
             other => crate::server::telemetry::internal(&other),
         }
     }
@@ -174,6 +180,16 @@ pub struct NewTurn {
     pub session_id: String,
     pub started_at: Micros,
     pub created_at: Micros,
+    /// Written only while this server still owns the session at this epoch (several servers).
+    pub fence: Option<Fence>,
+}
+
+/// A server's claim on a session (several servers on PostgreSQL): its id and the epoch its
+/// claim returned. A write carrying it is refused once another server claimed the session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub server_id: String,
+    pub epoch: i64,
 }
 
 #[derive(Clone, Debug, PartialEq)]

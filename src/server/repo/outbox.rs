@@ -7,10 +7,12 @@ use sqlx::{ColumnIndex, Decode, Encode, Executor, FromRow, Type};
 use super::authority::{BUNDLE_COLUMNS, SQL};
 use super::questions::{insert_question_message, insert_questions};
 use super::sessions::move_session;
-use super::sql::{RowsAffected, SESSION_COLUMNS, SqlBackend, SqlRepository, TURN_COLUMNS, stmt};
+use super::sql::{
+    RowsAffected, SESSION_COLUMNS, SqlBackend, SqlRepository, TURN_COLUMNS, owns, still_owner, stmt,
+};
 use super::transcript::{insert_message_on, update_content_on};
 use super::{
-    AskWritten, BundleRecord, MessageRecord, MessageWritten, NewAsk, ReplyWrite, RepoError,
+    AskWritten, BundleRecord, Fence, MessageRecord, MessageWritten, NewAsk, ReplyWrite, RepoError,
     RepoResult, SessionRecord, TurnRecord, new_id,
 };
 use crate::model::SessionState;
@@ -115,8 +117,14 @@ pub trait OutboxStore: Send + Sync {
     async fn sessions_with_owed_resumes(&self) -> RepoResult<Vec<SessionRecord>>;
 
     /// Hands an owed resume to the agent: one compare-and-set (exactly once), only while it is
-    /// the current turn of a non-terminal session; `started_at` becomes `at` (L1).
-    async fn dispatch_resume(&self, turn_id: &str, at: Micros) -> RepoResult<bool>;
+    /// the current turn of a non-terminal session and, with a `fence`, while that server still
+    /// owns the session (else `Fenced`); `started_at` becomes `at` (L1).
+    async fn dispatch_resume(
+        &self,
+        turn_id: &str,
+        at: Micros,
+        fence: Option<&Fence>,
+    ) -> RepoResult<bool>;
 
     /// Issue 13: the answer of `pending_id` is offered to the server holding its waiting call
     /// (again `offered` if an earlier offer was withdrawn).
@@ -140,6 +148,8 @@ where
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> BundleRecord: FromRow<'r, DB::Row>,
     for<'r> MessageRecord: FromRow<'r, DB::Row>,
@@ -147,6 +157,8 @@ where
     for<'r> SessionRecord: FromRow<'r, DB::Row>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
     for<'r> TurnRecord: FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
     usize: ColumnIndex<DB::Row>,
 {
     async fn reserve_turn(
@@ -364,13 +376,48 @@ where
         .await?)
     }
 
-    async fn dispatch_resume(&self, turn_id: &str, at: Micros) -> RepoResult<bool> {
-        let done = sqlx::query::<DB>(SQL.dispatch_resume.as_str())
-            .bind(turn_id)
-            .bind(at)
-            .execute(&mut *self.writer().await?)
+    async fn dispatch_resume(
+        &self,
+        turn_id: &str,
+        at: Micros,
+        fence: Option<&Fence>,
+    ) -> RepoResult<bool> {
+        let mut tx = self.write_tx().await?;
+        let Some((session_id,)) =
+            sqlx::query_as::<DB, (String,)>("SELECT session_id FROM turns WHERE id = $1")
+                .bind(turn_id)
+                .fetch_optional(&mut *tx)
+                .await?
+        else {
+            return Ok(false);
+        };
+        sqlx::query::<DB>(DB::LOCK_SESSION)
+            .bind(&session_id)
+            .fetch_optional(&mut *tx)
             .await?;
-        Ok(done.rows_affected() > 0)
+        let (server, epoch) = match fence {
+            Some(f) => (Some(f.server_id.as_str()), Some(f.epoch)),
+            None => (None, None),
+        };
+        let done = sqlx::query::<DB>(stmt!(
+            "{dispatch} AND {owner}",
+            dispatch = SQL.dispatch_resume,
+            owner = still_owner("turns.session_id", "$3", "$4")
+        ))
+        .bind(turn_id)
+        .bind(at)
+        .bind(server)
+        .bind(epoch)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            if !owns(&mut tx, &session_id, server, epoch).await? {
+                return Err(RepoError::Fenced(session_id));
+            }
+            return Ok(false);
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn offer_handoff(&self, pending_id: &str, at: Micros) -> RepoResult<()> {

@@ -53,8 +53,15 @@ pub trait SessionStore: Send + Sync {
     /// Revokes the session's MCP token if it is still `hash` (the agent that held it ended).
     async fn revoke_mcp_token(&self, session_id: &str, hash: &str) -> RepoResult<bool>;
 
-    /// Issue 13: server `server_id` runs the session's agent now.
-    async fn set_session_owner(&self, session_id: &str, server_id: &str) -> RepoResult<()>;
+    /// Server `server_id` claims the session before it launches its agent (compare-and-set):
+    /// granted while nobody owns it, `server_id` does already, or its owner was last heard from
+    /// before `alive_since`; the new epoch, or `None` when another live server owns it.
+    async fn claim_session(
+        &self,
+        session_id: &str,
+        server_id: &str,
+        alive_since: Micros,
+    ) -> RepoResult<Option<i64>>;
 
     /// Issue 13: server `server_id` is alive at `at` (its heartbeat).
     async fn beat(&self, server_id: &str, at: Micros) -> RepoResult<()>;
@@ -77,8 +84,16 @@ pub trait SessionStore: Send + Sync {
         dead_before: Micros,
     ) -> RepoResult<Vec<(String, String)>>;
 
-    /// Removes `server_id` as the session's owner; `false` when another server did first.
-    async fn release_session_owner(&self, session_id: &str, server_id: &str) -> RepoResult<bool>;
+    /// Takeover: the session passes from `from` to `to` (compare-and-set: only while `from`
+    /// owns it and was last heard from before `dead_before`); the new epoch, or `None` when
+    /// another server took it first or `from` is back.
+    async fn transfer_session(
+        &self,
+        session_id: &str,
+        from: &str,
+        to: &str,
+        dead_before: Micros,
+    ) -> RepoResult<Option<i64>>;
 }
 
 #[async_trait]
@@ -91,6 +106,7 @@ where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'q> Option<String>: Encode<'q, DB>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> SessionRecord: FromRow<'r, DB::Row>,
     for<'r> String: Decode<'r, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
@@ -262,16 +278,33 @@ where
         Ok(done.rows_affected() > 0)
     }
 
-    async fn set_session_owner(&self, session_id: &str, server_id: &str) -> RepoResult<()> {
-        sqlx::query::<DB>(
-            "INSERT INTO session_owners (session_id, server_id) VALUES ($1, $2) \
-             ON CONFLICT (session_id) DO UPDATE SET server_id = $2",
+    async fn claim_session(
+        &self,
+        session_id: &str,
+        server_id: &str,
+        alive_since: Micros,
+    ) -> RepoResult<Option<i64>> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query::<DB>(DB::LOCK_SESSION)
+            .bind(session_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let epoch = sqlx::query_as::<DB, (i64,)>(
+            "INSERT INTO session_owners (session_id, server_id, epoch) VALUES ($1, $2, 1) \
+             ON CONFLICT (session_id) DO UPDATE \
+             SET server_id = $2, epoch = session_owners.epoch + 1 \
+             WHERE session_owners.server_id = $2 \
+                OR NOT EXISTS (SELECT 1 FROM servers v \
+                               WHERE v.id = session_owners.server_id AND v.seen_at >= $3) \
+             RETURNING epoch",
         )
         .bind(session_id)
         .bind(server_id)
-        .execute(&mut *self.writer().await?)
+        .bind(alive_since)
+        .fetch_optional(&mut *tx)
         .await?;
-        Ok(())
+        tx.commit().await?;
+        Ok(epoch.map(|(e,)| e))
     }
 
     async fn beat(&self, server_id: &str, at: Micros) -> RepoResult<()> {
@@ -335,15 +368,32 @@ where
         .await?)
     }
 
-    async fn release_session_owner(&self, session_id: &str, server_id: &str) -> RepoResult<bool> {
-        let done = sqlx::query::<DB>(
-            "DELETE FROM session_owners WHERE session_id = $1 AND server_id = $2",
+    async fn transfer_session(
+        &self,
+        session_id: &str,
+        from: &str,
+        to: &str,
+        dead_before: Micros,
+    ) -> RepoResult<Option<i64>> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query::<DB>(DB::LOCK_SESSION)
+            .bind(session_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let epoch = sqlx::query_as::<DB, (i64,)>(
+            "UPDATE session_owners SET server_id = $3, epoch = epoch + 1 \
+             WHERE session_id = $1 AND server_id = $2 \
+               AND NOT EXISTS (SELECT 1 FROM servers v WHERE v.id = $2 AND v.seen_at >= $4) \
+             RETURNING epoch",
         )
         .bind(session_id)
-        .bind(server_id)
-        .execute(&mut *self.writer().await?)
+        .bind(from)
+        .bind(to)
+        .bind(dead_before)
+        .fetch_optional(&mut *tx)
         .await?;
-        Ok(done.rows_affected() > 0)
+        tx.commit().await?;
+        Ok(epoch.map(|(e,)| e))
     }
 }
 

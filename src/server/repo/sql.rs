@@ -255,6 +255,48 @@ pub trait SqlBackend: Database<Arguments: IntoArguments<Self>, QueryResult: Rows
 pub(super) const NO_OWED_RESUME: &str = "NOT EXISTS (SELECT 1 FROM turns ow \
     WHERE ow.session_id = s.id AND ow.reservation = 'attempted' AND ow.resume_prompt IS NOT NULL)";
 
+/// Several servers: the write's server (`server`, NULL on a single server) still owns the
+/// session `session_id` (an SQL expression) at its epoch (`epoch`). Read after the session lock
+/// (`SqlBackend::LOCK_SESSION`), which a takeover takes too, so a takeover committed meanwhile
+/// is seen.
+pub(super) fn still_owner(session_id: &str, server: &str, epoch: &str) -> String {
+    format!(
+        "({server} IS NULL OR EXISTS (SELECT 1 FROM session_owners fo \
+          WHERE fo.session_id = {session_id} AND fo.server_id = {server} \
+            AND fo.epoch = {epoch}))"
+    )
+}
+
+/// Whether `server` (at `epoch`) owns session `session_id`, read in `tx` (to tell why a
+/// write guarded by [`still_owner`] wrote nothing). No server: yes.
+pub(super) async fn owns<DB>(
+    tx: &mut super::connections::Tx<'_, DB>,
+    session_id: &str,
+    server: Option<&str>,
+    epoch: Option<i64>,
+) -> Result<bool, sqlx::Error>
+where
+    DB: SqlBackend,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> (i64,): sqlx::FromRow<'r, DB::Row>,
+{
+    let Some(server) = server else {
+        return Ok(true);
+    };
+    Ok(sqlx::query_as::<DB, (i64,)>(
+        "SELECT COUNT(*) FROM session_owners WHERE session_id = $1 AND server_id = $2 \
+         AND epoch = $3",
+    )
+    .bind(session_id)
+    .bind(server)
+    .bind(epoch)
+    .fetch_one(&mut **tx)
+    .await?
+    .0 > 0)
+}
+
 /// [`NO_OWED_RESUME`] for the session whose id is the SQL expression `session_id`.
 pub(super) fn no_owed_resume(session_id: &str) -> String {
     NO_OWED_RESUME.replace("s.id", session_id)

@@ -5,7 +5,7 @@ use sqlx::{Encode, Executor, FromRow, Type};
 
 use super::sql::{
     MESSAGE_COLUMNS, MESSAGE_WRITTEN, NO_OWED_RESUME, RowsAffected, SqlBackend, SqlRepository,
-    TURN_COLUMNS, stmt,
+    TURN_COLUMNS, owns, still_owner, stmt,
 };
 use super::{
     MessageRecord, MessageWritten, NewMessage, NewTurn, RepoError, RepoResult, TurnRecord, new_id,
@@ -62,9 +62,11 @@ where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
     for<'r> MessageRecord: FromRow<'r, DB::Row>,
     for<'r> MessageWritten: FromRow<'r, DB::Row>,
     for<'r> TurnRecord: FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
 {
     async fn insert_turn(&self, new: &NewTurn) -> RepoResult<TurnRecord> {
         let id = new.id.clone().unwrap_or_else(new_id);
@@ -77,22 +79,37 @@ where
         if !exists {
             return Err(RepoError::NotFound(format!("session {}", new.session_id)));
         }
-        // L18/I4: a prompt never starts while an answer is owed; the guard is in the statement
-        // that writes (after the session lock, so an owe committed meanwhile is seen).
+        // L18/I4: a prompt never starts while an answer is owed, nor on a server that no longer
+        // owns the session; the guards are in the statement that writes (after the session
+        // lock, so an owe or a takeover committed meanwhile is seen).
+        let (server, epoch) = match &new.fence {
+            Some(f) => (Some(f.server_id.as_str()), Some(f.epoch)),
+            None => (None, None),
+        };
         let turn = sqlx::query_as::<DB, TurnRecord>(stmt!(
             "INSERT INTO turns (id, session_id, task_id, started_at, completed_at, created_at, \
              reservation, resume_pending_id) \
              SELECT $1, s.id, s.task_id, $3, NULL, $4, 'none', NULL FROM sessions s \
-             WHERE s.id = $2 AND {NO_OWED_RESUME} \
-             RETURNING {TURN_COLUMNS}"
+             WHERE s.id = $2 AND {NO_OWED_RESUME} AND {owner} \
+             RETURNING {TURN_COLUMNS}",
+            owner = still_owner("s.id", "$5", "$6")
         ))
         .bind(&id)
         .bind(&new.session_id)
         .bind(new.started_at)
         .bind(new.created_at)
+        .bind(server)
+        .bind(epoch)
         .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| RepoError::ResumeOwed(new.session_id.clone()))?;
+        .await?;
+        let Some(turn) = turn else {
+            return Err(match new.fence {
+                Some(_) if !owns(&mut tx, &new.session_id, server, epoch).await? => {
+                    RepoError::Fenced(new.session_id.clone())
+                }
+                _ => RepoError::ResumeOwed(new.session_id.clone()),
+            });
+        };
         tx.commit().await?;
         Ok(turn)
     }

@@ -26,6 +26,11 @@ impl Worker {
             .await?
             .ok_or_else(|| WorkerError::Agent("the session is gone".into()))?;
         self.admit()?;
+        // One agent per session across servers: claimed before it launches.
+        if let Err(e) = self.claim().await {
+            self.state.runtime.agents.leave(&self.session_id);
+            return Err(e);
+        }
         let r = sessions::set_state(&self.state, &self.session_id, SessionState::Starting).await;
         self.log("cannot change the session state", r);
         let launched = match sessions::launch_spec(&self.state, &session).await {
@@ -51,18 +56,6 @@ impl Worker {
                     .set_acp_session_id(&self.session_id, connection.acp_session_id())
                     .await;
                 self.log("cannot store the ACP session id", r);
-                // Issue 13: a server starting up leaves this session to us while we live.
-                if self.state.repo.backend() == Backend::Postgres {
-                    let r = self
-                        .state
-                        .repo
-                        .set_session_owner(&self.session_id, &self.state.runtime.config.server_id)
-                        .await;
-                    if r.is_ok() {
-                        self.state.runtime.owned.put(&self.session_id, ());
-                    }
-                    self.log("cannot record the session's server", r);
-                }
                 self.agent = Some(Agent {
                     connection,
                     token_hash,
@@ -85,6 +78,47 @@ impl Worker {
                 Err(reason)
             }
         }
+    }
+
+    /// Several servers (PostgreSQL): claims the session for this server (compare-and-set, a new
+    /// epoch) unless it holds a claim with a running agent. `Fenced` when another live server
+    /// owns it: this server must not start agent work for it.
+    pub(super) async fn claim(&mut self) -> Result<(), WorkerError> {
+        if self.state.repo.backend() != Backend::Postgres
+            || (self.claim.is_some() && self.agent.is_some())
+        {
+            return Ok(());
+        }
+        let config = &self.state.runtime.config;
+        let alive_since = self.state.clock.now()
+            - i64::try_from(config.server_ttl.as_micros()).unwrap_or(i64::MAX);
+        match self
+            .state
+            .repo
+            .claim_session(&self.session_id, &config.server_id, alive_since)
+            .await?
+        {
+            Some(epoch) => {
+                self.claim = Some(crate::server::repo::Fence {
+                    server_id: config.server_id.clone(),
+                    epoch,
+                });
+                // A server starting up leaves this session to us while we live.
+                self.state.runtime.owned.put(&self.session_id, ());
+                Ok(())
+            }
+            None => Err(WorkerError::Repo(crate::server::repo::RepoError::Fenced(
+                self.session_id.clone(),
+            ))),
+        }
+    }
+
+    /// A write carrying this server's claim was refused: another server runs the session now.
+    /// Stops here as on `Command::Fence`.
+    pub(super) fn fenced_out(&mut self) {
+        tracing::warn!(session_id = %self.session_id, "another server claimed this session; stopping its agent here");
+        self.fenced = true;
+        self.stop.cancel();
     }
 
     /// Takes (or keeps) a slot among the running agents; an idle agent elsewhere may be asked
@@ -126,6 +160,7 @@ impl Worker {
     /// questions' calls ended and its waiting permission requests cancelled (N6).
     pub(super) async fn stop_agent(&mut self) {
         self.events = None;
+        self.claim = None;
         if let Some(agent) = self.agent.take() {
             drop(agent.connection);
             let r = self

@@ -181,6 +181,7 @@ pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandl
         stream: StreamMerge::default(),
         flush_owed: false,
         fenced: false,
+        claim: None,
         failed: false,
     };
     tokio::spawn(worker.run(rx));

@@ -74,6 +74,9 @@ struct Worker {
     flush_owed: bool,
     /// Another server runs the session now (`Command::Fence`).
     fenced: bool,
+    /// This server's claim on the session (several servers on PostgreSQL): taken before its
+    /// agent launches, carried by the writes that start agent work.
+    claim: Option<crate::server::repo::Fence>,
     /// The agent failed (crashed, or could not start): what is owed waits for the user's
     /// next prompt or retry, not for a wake-up (L18), so a crashing agent is not relaunched
     /// behind the user's back.

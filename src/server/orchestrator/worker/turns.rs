@@ -102,6 +102,8 @@ impl Worker {
             .hooks
             .run(crate::server::hooks::Point::TurnInsert, &self.session_id)
             .await;
+        // The turn starts agent work: only on the server that owns the session.
+        self.claim().await?;
         let now = self.state.clock.now();
         let turn = match self
             .state
@@ -111,11 +113,16 @@ impl Worker {
                 session_id: self.session_id.clone(),
                 started_at: now,
                 created_at: now,
+                fence: self.claim.clone(),
             })
             .await
         {
             Ok(turn) => turn,
             Err(RepoError::ResumeOwed(_)) => return Ok(None),
+            Err(e @ RepoError::Fenced(_)) => {
+                self.fenced_out();
+                return Err(e.into());
+            }
             Err(e) => return Err(e.into()),
         };
         let revision = self.state.next_pending_revision().await;
@@ -184,6 +191,10 @@ impl Worker {
             Ok(()) => self.ensure_agent().await,
             Err(e) => Err(WorkerError::Repo(e)),
         };
+        // Another live server owns the session: it delivers what is owed.
+        if let Err(WorkerError::Repo(RepoError::Fenced(_))) = ready {
+            return Ok(false);
+        }
         if let Err(e) = ready {
             self.failed = true;
             let reason = format!(
@@ -200,8 +211,20 @@ impl Worker {
             return Err(e);
         }
         let now = self.state.clock.now();
-        if !self.state.repo.dispatch_resume(&owed.id, now).await? {
-            return Ok(false);
+        match self
+            .state
+            .repo
+            .dispatch_resume(&owed.id, now, self.claim.as_ref())
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            // Another server claimed the session since this one did: it delivers the answer.
+            Err(RepoError::Fenced(_)) => {
+                self.fenced_out();
+                return Ok(false);
+            }
+            Err(e) => return Err(e.into()),
         }
         // I8: the resume is marked delivered on disk before the agent has it (decision 0024).
         // It is delivered either way: the mark is committed, only its power-loss safety is
