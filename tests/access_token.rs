@@ -28,6 +28,7 @@ both_http!(
     agents_keep_working_behind_the_token,
     the_binary_makes_a_private_token_and_logs_a_one_time_login_link,
     the_token_never_comes_from_the_command_line,
+    the_login_cookie_is_secure_behind_a_tls_proxy,
 );
 
 /// A client without credentials that shows redirects instead of following them.
@@ -816,6 +817,25 @@ async fn the_token_never_comes_from_the_command_line(url: String) {
         tasks_status(&server, &ours_of(&server), None).await,
         StatusCode::OK
     );
+    let mut child = server.child;
+    child.kill().await.unwrap();
+}
+
+/// Behind a TLS proxy (`--cookie-secure`) the login cookie is marked `Secure`, so a browser
+/// never sends it over plain HTTP.
+async fn the_login_cookie_is_secure_behind_a_tls_proxy(url: String) {
+    let dir = support::temp_dir("cookie-secure");
+    let server = BinaryServer::spawn(&url, &dir, &["--cookie-secure"], &[]).await;
+    let r = client()
+        .post(format!("{}/login", server.api.base))
+        .header("origin", &server.api.base)
+        .form(&[("token", support::TEST_TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
     let mut child = server.child;
     child.kill().await.unwrap();
 }

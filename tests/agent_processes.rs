@@ -16,6 +16,7 @@ both_http!(
     idle_agents_make_room_at_the_cap_and_lose_their_token,
     agents_get_a_minimal_environment_and_shutdown_has_a_deadline,
     a_request_waits_for_a_stuck_worker_only_so_long,
+    t8_an_agent_message_over_the_limit_ends_the_agent_with_the_reason,
 );
 
 /// Bounds (spec "Server process"): every wait an HTTP handler does on a session's worker is
@@ -574,4 +575,41 @@ async fn the_mock_runs_inside_the_server_with_mock_in_process() {
             .await,
         Vec::<u32>::new()
     );
+}
+
+/// T8: one message (one line) from an agent is at most 1 MiB; a longer one ends the agent
+/// before the server buffers it whole, and its session shows why. A well-behaved agent in
+/// another session is unaffected.
+async fn t8_an_agent_message_over_the_limit_ends_the_agent_with_the_reason(url: String) {
+    let server = TestServer::start_with(&url, |r| {
+        r.agent_start_timeout = Duration::from_secs(20);
+    })
+    .await;
+    let api = Api::new(&server.base);
+    let flood = profile(
+        &api,
+        "flood",
+        "/bin/sh",
+        &[
+            "-c",
+            "head -c 3000000 /dev/zero | tr '\\0' a; echo; sleep 300",
+        ],
+        json!({}),
+    )
+    .await;
+    let (task, _) = task_with(&api, &flood, "hello").await;
+    let t = api
+        .wait_for(
+            &format!("/api/v1/tasks/{task}"),
+            "the agent's end shown",
+            |t| t["status_summary"]["last_error"]["message"].is_string(),
+        )
+        .await;
+    let reason = t["status_summary"]["last_error"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(reason.contains("more than 1048576 bytes"), "{reason}");
+    let (_, other) = api.start_task("/e2e:simple-message").await;
+    api.wait_turns_done(&other, 1).await;
+    server.stop().await;
 }

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use support::{TEST_BEARER, TestServer, table_counts, ws_handshake};
 
 both_http!(
+    request_ids_are_the_servers_own_and_answers_are_same_origin_resources,
     dns_rebinding_a_foreign_host_is_refused_on_every_route,
     csrf_a_foreign_origin_changes_nothing,
     server_functions_take_only_json_or_form_bodies,
@@ -401,5 +402,36 @@ async fn api_errors_are_json_and_never_database_text(url: String) {
         "ALTER TABLE workflow_steps_away RENAME TO workflow_steps",
     )
     .await;
+    server.stop().await;
+}
+
+/// A client's `x-request-id` is dropped (it would let a caller choose the id an error points the
+/// log at); every answer carries an id the server made, and `Cross-Origin-Resource-Policy:
+/// same-origin`, so no other site may embed what this server answers.
+async fn request_ids_are_the_servers_own_and_answers_are_same_origin_resources(url: String) {
+    let server = TestServer::start(&url).await;
+    let c = support::client();
+    for path in [
+        "/api/v1/tasks",
+        "/",
+        "/healthz",
+        "/pkg/turnstile.css",
+        "/api/v1/nope",
+    ] {
+        let r = c
+            .get(server.url(path))
+            .header("x-request-id", "chosen-by-the-client")
+            .send()
+            .await
+            .unwrap();
+        let id = r.headers()["x-request-id"].to_str().unwrap();
+        assert_ne!(id, "chosen-by-the-client", "{path}");
+        assert!(uuid::Uuid::parse_str(id).is_ok(), "{path}: {id}");
+        assert_eq!(
+            r.headers()["cross-origin-resource-policy"],
+            "same-origin",
+            "{path}"
+        );
+    }
     server.stop().await;
 }

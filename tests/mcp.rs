@@ -341,3 +341,132 @@ async fn l5_a_question_superseded_right_after_its_commit_ends_its_call(url: Stri
     assert_eq!(b["active"], false, "L5: superseded, not active: {b}");
     server.stop().await;
 }
+
+both_http!(
+    an_agent_token_holds_a_bounded_number_of_mcp_sessions,
+    wrong_mcp_tokens_from_another_client_are_limited_before_any_read,
+);
+
+/// A session whose agent is busy, with an MCP token we chose for it.
+async fn busy_session_with_token(server: &TestServer, api: &Api, token: &str) -> String {
+    let (task, session) = api.start_task("e2e:delay(60000)").await;
+    api.wait_for(&format!("/api/v1/tasks/{task}/sessions"), "running", |v| {
+        v["sessions"][0]["state"] == "running"
+    })
+    .await;
+    server
+        .state
+        .repo
+        .set_mcp_token_hash(&session, &hash_token(token))
+        .await
+        .unwrap();
+    session
+}
+
+/// `initialize` on `/mcp` for `token` from `client`: the status and the new session's id.
+async fn initialize(c: &reqwest::Client, url: &str, token: &str) -> (u16, Option<String>) {
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": { "name": "probe", "version": "0" } } });
+    let r = c
+        .post(url)
+        .header("authorization", format!("Bearer {token}"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&init)
+        .send()
+        .await
+        .unwrap();
+    let id = r
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    (r.status().as_u16(), id)
+}
+
+/// Bounds (spec "Server process"): one agent token holds at most a few MCP sessions at once
+/// (`api/mcp.rs` `SESSIONS_PER_TOKEN`); opening another closes its oldest, which then fails
+/// closed (404: initialize anew), so an agent cannot grow the server's sessions without bound.
+async fn an_agent_token_holds_a_bounded_number_of_mcp_sessions(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let token = "bounded-sessions-token-0123";
+    busy_session_with_token(&server, &api, token).await;
+    let c = reqwest::Client::new();
+    let mut opened = Vec::new();
+    for _ in 0..turnstile::api::mcp_sessions_per_token() + 1 {
+        let (status, id) = initialize(&c, &server.url("/mcp"), token).await;
+        assert_eq!(status, 200);
+        opened.push(id.expect("an MCP session id"));
+    }
+    let ping = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+    let status_of = |id: String| {
+        let (c, url, ping) = (c.clone(), server.url("/mcp"), ping.clone());
+        async move {
+            c.post(url)
+                .header("authorization", format!("Bearer {token}"))
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", id)
+                .header("mcp-protocol-version", "2025-06-18")
+                .json(&ping)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(
+        status_of(opened[0].clone()).await,
+        404,
+        "the oldest was closed"
+    );
+    assert_ne!(
+        status_of(opened.last().unwrap().clone()).await,
+        404,
+        "the newest lives"
+    );
+    server.stop().await;
+}
+
+/// Wrong MCP tokens from a client other than this machine's own cost a database read each;
+/// ten a minute, then 429 before any read. Agents (at 127.0.0.1) are never held up by them.
+async fn wrong_mcp_tokens_from_another_client_are_limited_before_any_read(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let token = "limited-agent-token-0123";
+    busy_session_with_token(&server, &api, token).await;
+    let other = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 3]))
+        .build()
+        .unwrap();
+    let mut statuses = Vec::new();
+    for i in 0..12 {
+        statuses.push(
+            initialize(&other, &server.url("/mcp"), &format!("guess-{i}"))
+                .await
+                .0,
+        );
+    }
+    assert_eq!(&statuses[..10], &[401; 10]);
+    assert_eq!(&statuses[10..], &[429, 429], "{statuses:?}");
+    // The agent's own address is not held up.
+    assert_eq!(
+        initialize(&reqwest::Client::new(), &server.url("/mcp"), token)
+            .await
+            .0,
+        200
+    );
+    for i in 0..12 {
+        assert_eq!(
+            initialize(
+                &reqwest::Client::new(),
+                &server.url("/mcp"),
+                &format!("x{i}")
+            )
+            .await
+            .0,
+            401
+        );
+    }
+    server.stop().await;
+}

@@ -168,8 +168,8 @@ fn tool_error(message: String) -> CallToolResponse {
 struct Bindings {
     map: Arc<std::sync::Mutex<BindingMap>>,
     sessions: Arc<LocalSessionManager>,
-    /// Wrong tokens from beyond loopback (each costs a database read); agents are on
-    /// loopback and never wait behind someone else's failures.
+    /// Wrong tokens from clients other than this machine's own (each costs a database read);
+    /// agents are at 127.0.0.1 and never wait behind someone else's failures.
     failures: Arc<FailureLimiter>,
 }
 
@@ -253,7 +253,7 @@ async fn require_session(
     let Some(hash) = token.map(hash_token) else {
         return unauthorized("missing bearer token");
     };
-    let attempt = if ip.is_loopback() {
+    let attempt = if crate::server::auth::is_local(ip) {
         None
     } else {
         match bindings.failures.begin(ip, std::time::Instant::now()) {

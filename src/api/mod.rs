@@ -30,6 +30,12 @@ pub mod ws;
 
 #[cfg(feature = "ssr")]
 pub use rest::{ApiError, ApiJson};
+
+/// MCP sessions one agent token holds at once (tests).
+#[cfg(feature = "ssr")]
+pub fn mcp_sessions_per_token() -> usize {
+    mcp::SESSIONS_PER_TOKEN
+}
 #[cfg(feature = "ssr")]
 pub use router::{route_list, router};
 #[cfg(feature = "ssr")]

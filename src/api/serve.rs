@@ -38,7 +38,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::server::auth::client_key;
+use crate::server::auth::{client_key, is_local};
 
 /// Connections open at once, at most (above the WebSocket cap and the in-flight limit, so
 /// those answer 503 before this one turns clients away).
@@ -97,18 +97,6 @@ impl Drop for Slot {
                     open.per_client.remove(&client);
                 }
             }
-        }
-    }
-}
-
-/// The addresses this machine's own clients come from: agents reach `/mcp` at 127.0.0.1, local
-/// browsers at 127.0.0.1 or ::1. Other loopback addresses (127.0.0.2, …) are counted like any
-/// client.
-fn is_local(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
-        IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped() == Some(std::net::Ipv4Addr::LOCALHOST)
         }
     }
 }

@@ -292,10 +292,14 @@ pub async fn launch(
         });
     let exit_tail = tail.clone();
     let pid = runner.pid();
+    let cut_off = relay.clone();
     tokio::spawn(async move {
         let result = driver.await;
         let asked = stopped_by_us.load(std::sync::atomic::Ordering::SeqCst);
-        let reason = match (result, runner.end(asked).await) {
+        let ended = runner.end(asked).await;
+        let reason = match (result, ended) {
+            // T8: the agent's output broke a bound; that is why it ended.
+            _ if cut_off.broken().is_some() => cut_off.broken().unwrap_or_default(),
             (Err(e), _) => format!("agent connection failed: {e}"),
             (Ok(()), _) if asked => "agent stopped".to_string(),
             (Ok(()), Some(status)) => format!("agent exited ({status})"),
@@ -320,7 +324,8 @@ pub async fn launch(
         )),
         Ok(Err(reason)) => {
             let _ = stop_tx.send(());
-            Err(tail.explain(&reason.0).into())
+            let reason = relay.broken().unwrap_or(reason.0);
+            Err(tail.explain(&reason).into())
         }
         Err(_) => {
             let _ = stop_tx.send(());

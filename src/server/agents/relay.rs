@@ -51,6 +51,8 @@ pub struct Relay {
     marks: mpsc::Sender<u64>,
     next: AtomicU64,
     nonce: String,
+    /// Why the agent's output was cut off ([`MAX_LINE_BYTES`]), once it was.
+    broken: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Relay {
@@ -62,7 +64,9 @@ impl Relay {
     {
         let (marks, requests) = mpsc::channel(MAX_WAITING_MARKS);
         let nonce = crate::server::repo::new_id();
+        let broken = Arc::new(std::sync::Mutex::new(None));
         let reader = Marked {
+            broken: broken.clone(),
             source,
             unread,
             requests,
@@ -77,6 +81,7 @@ impl Relay {
             marks,
             next: AtomicU64::new(1),
             nonce,
+            broken,
         });
         (relay, reader)
     }
@@ -92,6 +97,11 @@ impl Relay {
     /// Whether `mark` is one of this relay's.
     pub fn owns(&self, mark: &Mark) -> bool {
         mark.nonce == self.nonce
+    }
+
+    /// Why the agent's output was cut off, if it was (T8): the reason its connection ended.
+    pub fn broken(&self) -> Option<String> {
+        self.broken.lock().expect("relay lock").clone()
     }
 }
 
@@ -121,6 +131,7 @@ pub struct Marked<R> {
     /// Bytes of the line being read so far.
     line_bytes: usize,
     nonce: String,
+    broken: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl<R> Marked<R> {
@@ -178,9 +189,12 @@ impl<R: AsyncRead + Unpin> AsyncRead for Marked<R> {
                     .max()
                     .unwrap_or(0);
                 if this.line_bytes > MAX_LINE_BYTES || longest > MAX_LINE_BYTES {
+                    let reason =
+                        format!("the agent sent a message of more than {MAX_LINE_BYTES} bytes");
+                    *this.broken.lock().expect("relay lock") = Some(reason.clone());
                     return Poll::Ready(Err(std::io::Error::new(
                         std::io::ErrorKind::InvalidData,
-                        format!("the agent sent a message of more than {MAX_LINE_BYTES} bytes"),
+                        reason,
                     )));
                 }
                 return Poll::Ready(Ok(()));

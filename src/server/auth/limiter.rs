@@ -22,6 +22,18 @@ pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 /// forget a lockout to make room.
 const MAX_TRACKED: usize = 4096;
 
+/// The addresses this machine's own clients come from: agents reach `/mcp` at 127.0.0.1, local
+/// browsers at 127.0.0.1 or ::1. Other loopback addresses (127.0.0.2, …) count like any other
+/// client.
+pub fn is_local(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped() == Some(std::net::Ipv4Addr::LOCALHOST)
+        }
+    }
+}
+
 /// The unit a failure budget belongs to: an IPv4 address (IPv4-mapped IPv6 included) or the
 /// /64 of an IPv6 address.
 pub fn client_key(ip: IpAddr) -> IpAddr {

@@ -14,7 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 
 pub use limiter::{
     Attempt, FAILURE_WINDOW, FAILURES_IN_ALL, FAILURES_PER_CLIENT, FailureLimiter, Refused,
-    client_key,
+    client_key, is_local,
 };
 pub use token::{
     AccessToken, LOGIN_CODE_LIFETIME, LoginCodes, MIN_TOKEN_CHARS, TokenSource, generate_token,
