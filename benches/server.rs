@@ -853,7 +853,7 @@ async fn main() {
     // session's statements: +4% to +13% in quick runs, within +8% over the full run's 10,000);
     // a leak grows in the second batch as in the first, so the second decides. It is measured
     // against the highest RSS before it: the allocator gives pages back now and then (107.0 →
-    // 85.8 → 111.2 MB in one full run, twenty-eighth session), and a leak grows past every
+    // 85.8 → 111.2 MB in one full run), and a leak grows past every
     // earlier sample, a dip or not.
     let warm_rss = server.rss_kb();
     let more_rounds = if args.quick { 20 } else { 200 };

@@ -861,7 +861,7 @@ async fn cancel_answers_a_waiting_permission_with_cancelled(url: String) {
     server.stop().await;
 }
 
-/// Issue 11 "Streaming": 5,000 chunks of one reply become one message, written at most once
+/// Streaming: 5,000 chunks of one reply become one message, written at most once
 /// per flush interval (plus once per 64 KB), not once per chunk: the count of
 /// `session.message.updated` events is bounded by the time the reply took.
 async fn a_long_streamed_reply_is_one_message_written_a_bounded_number_of_times(url: String) {

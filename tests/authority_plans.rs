@@ -1,4 +1,4 @@
-//! B1 (issue 11): the authority's queries must cost the same with 1 or 1,000 historical turns.
+//! B1: the authority's queries must cost the same with 1 or 1,000 historical turns.
 //! Times are the benchmark's business (`scripts/bench.sh`); these tests pin the cause: on
 //! SQLite every table the authority reads is searched through an index (never scanned, never
 //! sorted per row), and on PostgreSQL the rows the executor actually reads, measured with

@@ -182,7 +182,7 @@ const JSON: &str = "application/json";
 /// found." page, as every unknown path does (docs/api.md).
 const NOT_FOUND_PAGE: &str = "the app's not-found page";
 
-/// Database text that must never reach a client (issue 9: log it, answer a generic message).
+/// Database text that must never reach a client (log it, answer a generic message).
 fn database_text(body: &str) -> Option<&'static str> {
     [
         "sqlx",
@@ -208,7 +208,7 @@ fn database_text(body: &str) -> Option<&'static str> {
 /// caught like any other row.
 const VOLATILE: &[(&str, &str)] = &[
     // The PostgreSQL heartbeat (every `server_ttl / 3` = 10 s in tests) rewrites this server's
-    // `seen_at` on its own clock (issue 13); SQLite never writes it.
+    // `seen_at` on its own clock; SQLite never writes it.
     ("servers", "seen_at"),
 ];
 

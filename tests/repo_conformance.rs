@@ -386,7 +386,7 @@ async fn l11_expiry_touches_only_the_current_turn(repo: Arc<dyn Repository>) {
     );
 }
 
-/// N3 (issue 10, defect 4): moving a task is a compare-and-set from the step it was in. Twenty
+/// N3: moving a task is a compare-and-set from the step it was in. Twenty
 /// movers released together from the same step: exactly one moves it; a mover that read an
 /// older step afterwards moves nothing.
 async fn n3_concurrent_step_moves_from_one_step_advance_the_task_once(repo: Arc<dyn Repository>) {

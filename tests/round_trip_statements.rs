@@ -1,8 +1,8 @@
-//! B3 (issue 11): what one ask → answer round trip costs the database, counted from sqlx's own
+//! B3: what one ask → answer round trip costs the database, counted from sqlx's own
 //! statement log (target `sqlx::query`, one event per statement on every thread). Times are the
 //! benchmark's business; this pins the work: a change that adds statements to the hot path
 //! fails here, and one that removes some lowers the budget. The breakdown is printed
-//! (`--nocapture`) for whoever works on B3 next (docs/performance.md, fifteenth session).
+//! (`--nocapture`) for whoever works on B3 next.
 //!
 //! One test in this binary, one database after the other: the log is process-wide.
 
@@ -15,31 +15,13 @@ use serde_json::json;
 use support::{Api, TestServer, next_event};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
-/// Statements per round trip, at most, per database. Measured (twenty-eighth session, the
-/// summary's refreshes gathered for 5 ms, decision 0039): SQLite 11.50–11.55, PostgreSQL 17.00,
-/// when the agent asks again within the gather, as it usually does here; the budget stays at
-/// the count without it, which a loaded machine can see. Before (twenty-sixth session: the
-/// agent's reply before a question written in the question's transaction, one `BEGIN`/`COMMIT`
-/// pair less): SQLite 14.00, PostgreSQL 19.00. Before that (twentieth session: the
-/// question written with the session's `waiting_for_input`, and a live answer committed before
-/// its session's `running`, refresh the projection once, through the state event, P4):
-/// SQLite 15.9–16.0; PostgreSQL 20.9–21.15 (its extra: ~3 `nextval` revision reservations, P9,
-/// and two `COMMIT`s). Before that 17.8–17.9 and 24.75 (eighteenth session, the ask's insert
-/// leaves an identical active question alone itself, L8; a server alone on its database sends
-/// no `NOTIFY`s, decision 0018 amended). Before the L8 change 18.65–19.0 and 25.85–26.0; before
-/// the lone server's silence PostgreSQL 30.9–32.0 (the bridge's `NOTIFY`s, ~5.6, batched per
-/// burst); before the remembered questions (seventeenth session): 19.9–20.0 and 32.2–32.6;
-/// before the first flush: 21.9–23.1 and 37.2–38.3. The margin covers the projector
+/// Statements per round trip, at most, per database: measured 11.5 (SQLite) and 17.0
+/// (PostgreSQL, ~3 more for its P9 revision reservations); the margin covers the projector
 /// coalescing more or fewer refreshes from run to run.
 const BUDGET: [(&str, f64); 2] = [("sqlite", 15.0), ("postgres", 20.5)];
 /// Times SQLite's one write connection is taken per round trip, at most (`GET /metrics`'
 /// `turnstile_sqlite_writer_uses_total`): each use waits for every write queued before it.
-/// Measured (twenty-eighth session): 3.55–3.75 with the gather (decision 0039; the budget
-/// allows for a round trip slower than it). Before (twenty-sixth session): 5.00, the reply
-/// before a question no longer a write of its
-/// own. Before (seventeenth session): 6.00; 7.00–7.05 while a reply's first chunk was written at
-/// once (its second write an update); 8.15–8.70 before a live answer's delivery record and its
-/// session's return to `running` were one transaction (decision 0032).
+/// Measured 3.55–3.75 with the summary gather (decision 0039).
 const SQLITE_WRITER_USES: f64 = 5.5;
 /// Round trips before the count starts (the session, agent and caches warm up) and counted.
 const WARM: usize = 5;

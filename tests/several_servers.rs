@@ -1,4 +1,4 @@
-//! Several servers on one PostgreSQL database (issue 13, part 1: the event bridge). Servers
+//! Several servers on one PostgreSQL database. Servers
 //! relay their committed events to each other with LISTEN/NOTIFY; a WebSocket client of one
 //! server sees what happens on another (P10), and pending-action revisions of different
 //! servers order among each other (P9). PostgreSQL only: SQLite is one server by design, and
@@ -1156,7 +1156,7 @@ async fn session_running_on(url: &str, ttl_ms: u64) -> (TestServer, String) {
 
 /// A was out of touch long enough for B to take its session over (here: B's heartbeat and
 /// owner row written directly). At its next heartbeat A sees the session is no longer its
-/// own and stops its agent, so the session never has two (issue 13, part 3).
+/// own and stops its agent, so the session never has two.
 async fn n_a_server_whose_session_was_taken_over_stops_its_agent(url: String) {
     let (a, session) = session_running_on(&url, 1_500).await;
     let repo = a.state.repo.clone();

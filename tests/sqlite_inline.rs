@@ -1,4 +1,4 @@
-//! B3 (issue 11, decision 0030): on a SQLite database file every statement runs on the thread
+//! B3 (decision 0030): on a SQLite database file every statement runs on the thread
 //! of the task that sends it, not on the connection's worker thread (the patched
 //! `vendor/sqlx-sqlite`). A statement sent to that thread cost two thread switches and a
 //! runtime wake-up; an ask → answer round trip sent ~20, which was most of the server's

@@ -1,4 +1,4 @@
-//! B3 (issue 11): how many statements the projector's refresh sends, counted from sqlx's own
+//! B3: how many statements the projector's refresh sends, counted from sqlx's own
 //! statement log (target `sqlx::query`, one event per statement on every thread, the SQLite
 //! workers' included). Times are the benchmark's business; this pins the cause: the stored
 //! summary and the authority are one read (one snapshot), so a refresh that finds the summary

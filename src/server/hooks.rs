@@ -36,7 +36,7 @@ pub enum Point {
     /// Before an owed resume is handed to the agent (L18: after acceptance); the key is the
     /// session id.
     Dispatch,
-    /// Before a server looks at an answer another server offers it (issue 13); the key is the
+    /// Before a server looks at an answer another server offers it; the key is the
     /// pending id.
     AcceptOffer,
     /// Before the session worker takes a streamed chunk of the agent's reply; the key is the
@@ -59,7 +59,7 @@ pub enum Point {
     /// (`Command::Sync`); the key is the session id.
     SyncReplied,
     /// This server could not record its heartbeat and has decided whether to stop its agents
-    /// (issue 13, `lease`); the key is `past-fence` once the fence time has passed, else
+    /// (`lease`); the key is `past-fence` once the fence time has passed, else
     /// `before-fence`.
     HeartbeatFailed,
     /// Between reconciliation's two reads (P7): the stored summaries and the authoritative

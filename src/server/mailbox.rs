@@ -41,7 +41,7 @@ pub enum Command {
     Sync {
         reply: oneshot::Sender<Vec<crate::server::repo::ReplyWrite>>,
     },
-    /// Issue 13: another server runs this session now (it took it over while this server was
+    /// Several servers: another server runs this session now (it took it over while this server was
     /// out of touch): stop the agent and the worker without touching what the new owner
     /// recovered (its permission requests stay).
     Fence,

@@ -237,7 +237,7 @@ pub struct Runtime {
     pub agents: AgentSlots,
     /// The process groups of the agents running now (killed, whatever is left, on shutdown).
     pub agent_groups: Arc<crate::server::agents::process::AgentGroups>,
-    /// Issue 13: the sessions whose agent runs here and that `session_owners` records as this
+    /// Several servers: the sessions whose agent runs here and that `session_owners` records as this
     /// server's (PostgreSQL); the heartbeat checks they still are.
     pub owned: Slots<()>,
     pub counters: SessionCounters,

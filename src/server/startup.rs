@@ -75,7 +75,7 @@ pub async fn build_state(
 ) -> RepoResult<AppState> {
     let epoch = repo.bump_epoch().await?;
     seed(repo.as_ref(), clock.now()).await?;
-    // Issue 13: with other servers on the database, their live sessions are theirs.
+    // Several servers: with other servers on the database, their live sessions are theirs.
     let keep = live_elsewhere(repo.as_ref(), &runtime, clock.now()).await?;
     let now = clock.now();
     let alive_since = now - ttl_micros(&runtime);
@@ -130,7 +130,7 @@ pub async fn build_state(
     }
     *state.runtime.projector.lock().expect("projector lock") =
         Some(projector::spawn(state.clone()));
-    // Issue 13: answers given on other servers for calls waiting here.
+    // Several servers: answers given on other servers for calls waiting here.
     if let Some(offers) = state.hub.take_offers() {
         crate::server::clarification::handoff::serve(state.clone(), offers);
     }

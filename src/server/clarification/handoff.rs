@@ -1,4 +1,4 @@
-//! Issue 13, part 2: an answer given on one server reaches the call waiting on another.
+//! Several servers: an answer given on one server reaches the call waiting on another.
 //! The answering server records an offer and asks the other servers over the event bridge;
 //! the one holding the waiting call accepts (compare-and-set), records the delivery and hands
 //! the answer over live (L15), then confirms. Without a confirmation within [`OFFER_WAIT`] the

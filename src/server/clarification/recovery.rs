@@ -31,7 +31,7 @@ pub async fn recover(repo: &dyn Repository, now: Micros) -> RepoResult<Recovered
 }
 
 /// [`recover`] at the start of server `restarted`, leaving alone the sessions in `keep`
-/// (their agent runs on another live server, issue 13) and the claims of servers seen
+/// (their agent runs on another live server) and the claims of servers seen
 /// beating since `alive_since`.
 pub async fn recover_except(
     repo: &dyn Repository,
@@ -137,7 +137,7 @@ pub async fn recover_sessions(repo: &dyn Repository, now: Micros) -> RepoResult<
     recover_sessions_except(repo, now, &[]).await
 }
 
-/// [`recover_sessions`], leaving alone the sessions in `keep` (issue 13).
+/// [`recover_sessions`], leaving alone the sessions in `keep`.
 pub async fn recover_sessions_except(
     repo: &dyn Repository,
     now: Micros,

@@ -245,7 +245,7 @@ pub async fn respond(
             }
         }
     }
-    // Issue 13: the call may wait on the server that runs the session's agent (the bundle is
+    // Several servers: the call may wait on the server that runs the session's agent (the bundle is
     // still attached there).
     if !finalized
         && !record.detached

@@ -1,4 +1,4 @@
-//! Issue 13: a server that stops beating is dead; another server takes its sessions over while
+//! Several servers: a server that stops beating is dead; another server takes its sessions over while
 //! it runs (not only at start-up). One compare-and-set on `session_owners` picks the server
 //! that does; it recovers each session as start-up recovery would (L19, N6, L9: open turns
 //! completed, questions detached and still answerable, permissions cancelled), tells the

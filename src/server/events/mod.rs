@@ -130,7 +130,7 @@ pub trait EventHub: Send + Sync + 'static {
         None
     }
 
-    /// Issue 13: asks the other servers whether one of them holds the waiting call of
+    /// Several servers: asks the other servers whether one of them holds the waiting call of
     /// `pending_id` and delivers its (stored) answer; the receiver says whether it did. `None`
     /// when there are no other servers.
     fn offer_answer(&self, _pending_id: &str) -> Option<oneshot::Receiver<bool>> {
@@ -145,7 +145,7 @@ pub trait EventHub: Send + Sync + 'static {
     /// Tells the offering server that this server delivered `pending_id`'s answer.
     fn confirm_delivery(&self, _pending_id: &str) {}
 
-    /// Issue 13: sends `request` to server `to`; the receiver gets its reply. `None` when there
+    /// Several servers: sends `request` to server `to`; the receiver gets its reply. `None` when there
     /// are no other servers.
     fn request(&self, _to: &str, _request: Value) -> Option<oneshot::Receiver<Value>> {
         None
@@ -166,7 +166,7 @@ pub trait EventHub: Send + Sync + 'static {
     }
 }
 
-/// A request from another server (issue 13).
+/// A request from another server.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Request {
     pub from: String,

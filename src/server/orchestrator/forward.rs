@@ -1,4 +1,4 @@
-//! Issue 13, part 3: a command for a session whose agent runs on another live server goes to
+//! Several servers: a command for a session whose agent runs on another live server goes to
 //! that server — prompts, cancel, retry, owed resumes and permission answers — so a session
 //! has one agent. The
 //! owner runs it as if it had arrived there and replies with the result. A server owns a

@@ -1,4 +1,4 @@
-//! Issue 13: a session's agent runs on one server, the one `session_owners` names while its
+//! Several servers: a session's agent runs on one server, the one `session_owners` names while its
 //! heartbeat is fresh. A server that was out of touch with the database for the TTL may have
 //! had its sessions taken over (`clarification::takeover`); it must not go on running their
 //! agents next to the new owner's. So it stops them itself: all of them once its heartbeat has

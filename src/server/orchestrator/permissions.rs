@@ -34,7 +34,7 @@ pub async fn pending_for_session(
 }
 
 /// Answers with `Some(option_id)` or cancels with `None`, where the agent waits: here, or on
-/// the server that runs the session's agent (issue 13).
+/// the server that runs the session's agent.
 pub async fn respond(
     state: &AppState,
     id: &str,

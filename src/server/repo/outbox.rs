@@ -126,7 +126,7 @@ pub trait OutboxStore: Send + Sync {
         fence: Option<&Fence>,
     ) -> RepoResult<bool>;
 
-    /// Issue 13: the answer of `pending_id` is offered to the server holding its waiting call
+    /// Several servers: the answer of `pending_id` is offered to the server holding its waiting call
     /// (again `offered` if an earlier offer was withdrawn).
     async fn offer_handoff(&self, pending_id: &str, at: Micros) -> RepoResult<()>;
 

@@ -63,7 +63,7 @@ pub trait SessionStore: Send + Sync {
         alive_since: Micros,
     ) -> RepoResult<Option<i64>>;
 
-    /// Issue 13: server `server_id` is alive at `at` (its heartbeat).
+    /// Several servers: server `server_id` is alive at `at` (its heartbeat).
     async fn beat(&self, server_id: &str, at: Micros) -> RepoResult<()>;
 
     /// The sessions whose agent runs on another server than `own` that was alive at `since`

@@ -1,4 +1,4 @@
-//! Several servers on one PostgreSQL database (issue 13, part 1): every server publishes its
+//! Several servers on one PostgreSQL database: every server publishes its
 //! committed events with `NOTIFY` and relays the other servers' events to its own subscribers
 //! (WebSocket clients). A payload too large for `NOTIFY` is stored in `event_spill` and the
 //! notification names its row. A server whose listener connection was lost, or whose outgoing

@@ -121,7 +121,7 @@ fn running(state: &AppState, session_id: &str) -> Option<SessionHandle> {
         .cloned()
 }
 
-/// Issue 13: stops the worker of `session_id` (and its agent) because another server runs the
+/// Several servers: stops the worker of `session_id` (and its agent) because another server runs the
 /// session now; what that server recovered is left alone.
 pub fn fence(state: &AppState, session_id: &str) {
     let handle = state
