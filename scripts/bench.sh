@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The benchmark harness (issue 11, shared targets in docs/performance.md): release builds, on
+# The benchmark harness (targets in docs/performance.md): release builds, on
 # SQLite and on a private PostgreSQL, each figure beside its same-run baseline and target.
 # Writes target/bench/results.json ({"B1": {"sqlite": {...}, "postgres": {...}}, "B2": …}).
 #
 #   scripts/bench.sh           # full: B1 with 1,000 turns per session, B2/B5 with 10,000 tasks
 #   scripts/bench.sh --quick   # 100 turns, 2,000 tasks; what CI runs, as a report (never gating)
+#   … --docs                   # also rewrite the figures table of docs/performance.md
 #
 # B1 benches/authority.rs · B2, B5 benches/scale.rs · B3, B4, B6 benches/server.rs (the release
 # server process) · B7 here. Targets and the latest table: docs/performance.md.
@@ -12,7 +13,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$ROOT/scripts/postgres.sh"
 
 quick=()
-[ "${1:-}" = "--quick" ] && quick=(--quick)
+docs=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=(--quick) ;;
+    --docs) docs=1 ;;
+    *) echo "unknown argument: $arg (use --quick, --docs)" >&2; exit 2 ;;
+  esac
+done
 "$ROOT/scripts/setup.sh" --test
 cd "$ROOT"
 out="$ROOT/target/bench"
@@ -58,7 +66,7 @@ def first_load(*names):
         file, point = points[n]
         files |= {file} | {c for c, u in users.items() if point in u}
     return main + sum(gz(f) for f in files)
-target = 409600
+target = 460800
 pages = {n: first_load(n) for n in points if n.endswith("_page") or n.endswith("_route")}
 on_demand = {f"task_route + {n}": first_load("task_route", n)
              for n in points if n.endswith("_chunk")}
@@ -74,7 +82,7 @@ import json, sys
 b = json.load(open(sys.argv[1]))
 kb = lambda n: f"{n / 1024:.0f} KB"
 ok = lambda n: "✓" if n <= b["target_gzip_bytes"] else "✗"
-print(f"| B7 | shell module | gzip {kb(b['main_gzip_bytes'])} | all modules {kb(b['all_modules_gzip_bytes'])} | ≤ 400 KB per page's first load, on-demand parts included |")
+print(f"| B7 | shell module | gzip {kb(b['main_gzip_bytes'])} | all modules {kb(b['all_modules_gzip_bytes'])} | ≤ 450 KB per page's first load, on-demand parts included |")
 for name, n in b["pages_first_load_gzip_bytes"].items():
     print(f"| B7 | first load of {name} | gzip {kb(n)} | | {ok(n)} |")
 for name, n in b["with_on_demand_parts_gzip_bytes"].items():
@@ -91,3 +99,7 @@ results = dict(sorted(results.items()))
 (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
 print(f"wrote {out / 'results.json'}")
 PY
+python3 "$ROOT/scripts/perf_table.py" "$out/results.json" | tee "$out/results.md"
+if [ "$docs" = 1 ]; then
+  python3 "$ROOT/scripts/perf_table.py" "$out/results.json" --update "$ROOT/docs/performance.md"
+fi

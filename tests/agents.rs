@@ -1154,11 +1154,16 @@ async fn l8_a_question_that_takes_over_an_identical_one_still_writes_the_reply_b
             if !second {
                 return;
             }
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
             loop {
                 let active = state.repo.active_bundles(&session_id).await.unwrap();
                 if !active.is_empty() && active.iter().all(|b| b.record.detached) {
                     break;
                 }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the first call's question did not detach"
+                );
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
         }

@@ -182,20 +182,28 @@ async fn summary_updates_reach_every_client_and_messages_only_subscribers(url: S
     };
     next_frame(&mut subscribed, is_cleared).await;
     next_frame(&mut other, is_cleared).await;
-    // Session-scoped messages went only to the subscriber: publish a marker workspace event
-    // and check the unsubscribed client saw no message frame before it.
+    // Session-scoped messages go only to the subscriber: a message event, then a marker
+    // workspace event. Each client gets the hub's events in order, so the subscriber meets the
+    // message before the marker and the other client meets the marker first.
+    state.hub.publish(
+        Event::new(
+            "session.message.added",
+            json!({ "message": message.to_dto() }),
+        )
+        .for_task(task.clone())
+        .for_session(session.clone()),
+    );
     state
         .hub
         .publish(Event::new("task.updated", json!({ "marker": true })));
-    let got = next_frame(&mut subscribed, |v| {
-        v["action"] == "session.message.added" || v["payload"]["marker"] == true
-    })
-    .await;
-    assert!(got["action"] == "session.message.added" || got["payload"]["marker"] == true);
-    let first = next_frame(&mut other, |v| {
-        v["action"] == "session.message.added" || v["payload"]["marker"] == true
-    })
-    .await;
+    let message_or_marker =
+        |v: &Value| v["action"] == "session.message.added" || v["payload"]["marker"] == true;
+    let got = next_frame(&mut subscribed, message_or_marker).await;
+    assert_eq!(
+        got["action"], "session.message.added",
+        "the subscriber gets the session's messages"
+    );
+    let first = next_frame(&mut other, message_or_marker).await;
     assert_eq!(
         first["payload"]["marker"], true,
         "unsubscribed clients get no session messages"

@@ -1,7 +1,7 @@
 import { expect, test } from "../../helpers/fixtures";
 import { OwnServer, authedFetch } from "../../helpers/server";
 
-// Issue 8 / design/performance.md: 10,000 tasks must not make the page heavier than the first
+// B2 (docs/performance.md): 10,000 tasks must not make the page heavier than the first
 // page. The server renders one page of the sidebar and of the board; the rest comes by
 // "load more".
 const PAGE = 50;
