@@ -110,7 +110,7 @@ async fn take_offer(
             if let Some(session) = &session {
                 publish::session_state_written(state, session, revision);
             }
-            bundle
+            *bundle
         }
         Ok(HandoffAccepted::Withdrawn) => {
             let _ = waiter.send(WaiterMsg::Ended(WITHDRAWN));

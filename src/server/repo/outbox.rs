@@ -39,7 +39,7 @@ pub enum HandoffAccepted {
     /// Recorded: the answered bundle as stored, and its session as moved back to `running`,
     /// if it moved.
     Delivered {
-        bundle: BundleRecord,
+        bundle: Box<BundleRecord>,
         session: Option<SessionRecord>,
     },
     /// Nothing written: the offer was withdrawn first.
@@ -459,7 +459,10 @@ where
         };
         let session = move_session(&mut *tx, &bundle.session_id, SessionState::Running, at).await?;
         tx.commit().await?;
-        Ok(HandoffAccepted::Delivered { bundle, session })
+        Ok(HandoffAccepted::Delivered {
+            bundle: Box::new(bundle),
+            session,
+        })
     }
 
     async fn withdraw_handoff(&self, pending_id: &str) -> RepoResult<bool> {
