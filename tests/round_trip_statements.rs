@@ -6,6 +6,7 @@
 //!
 //! One test in this binary, one database after the other: the log is process-wide.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;

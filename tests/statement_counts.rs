@@ -14,6 +14,7 @@
 //!
 //! One test in this binary, one database after the other: the count is process-wide.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;

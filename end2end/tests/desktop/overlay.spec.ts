@@ -128,7 +128,7 @@ test("L6: two tabs answer at once — both close, the second shows the winner's 
   const messages = await api.messages(session);
   const replies = messages.filter((m) => m.content.startsWith("You answered:"));
   // The whole transcript on failure (it once showed the agent's reply split by its question:
-  // tests/agents.rs a_reply_whose_last_chunk_arrives_after_its_question_stays_one_message).
+  // tests/it/agents.rs a_reply_whose_last_chunk_arrives_after_its_question_stays_one_message).
   expect(replies, JSON.stringify(messages, null, 1)).toHaveLength(1);
   expect(replies[0].content).toContain("postgresql");
   expect(messages.some((m) => m.content.includes("sqlite") && m.author === "user")).toBe(false);

@@ -30,7 +30,7 @@ impl SqlBackend for Postgres {
 impl PostgresRepository {
     /// Pooled connections plan each statement once (decision 0026). They keep sqlx's ping
     /// before each use: a connection the server ended (a restart, a network cut) is replaced
-    /// before a statement fails on it (`tests/several_servers.rs`, the cut-off tests).
+    /// before a statement fails on it (`tests/it/several_servers.rs`, the cut-off tests).
     pub async fn connect(url: &str) -> RepoResult<Self> {
         let options =
             PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_generic_plan")]);

@@ -2,7 +2,7 @@
 //! A hook pauses the responder right after it won the claim; the test then makes the other
 //! event happen and releases it. No sleeps decide the order.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

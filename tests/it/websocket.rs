@@ -1,7 +1,7 @@
 //! `/ws` over a real socket (spec/api.md WebSocket, P10): envelope, subscriptions, summary
 //! push, resync on connect, after a restart and on lag.
 
-mod support;
+use crate::support;
 
 use futures::SinkExt;
 use serde_json::{Value, json};

@@ -4,7 +4,7 @@
 //! path and the worker make, in the same order (claim → owe → dispatch); the restart is a fresh
 //! server on the same database. A reservation left by an older version is recovered too.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::{Api, SHORT_TIMEOUT, TestServer};

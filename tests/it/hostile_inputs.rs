@@ -5,7 +5,7 @@
 //! is valid data, safe rendering; and the database is unchanged, row by row and column by
 //! column (not only its row counts).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

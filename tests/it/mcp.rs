@@ -1,7 +1,7 @@
 //! The MCP tool contract with a real rmcp client (spec/api.md MCP): identical repeat calls
 //! share one bundle (L8), progress while waiting (L7), cancellation detaches (L9).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

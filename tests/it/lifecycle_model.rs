@@ -5,7 +5,7 @@
 //! model; I1–I9 are checked after every step. 2,000 sequences per database by default;
 //! `TURNSTILE_LIFECYCLE_SEQUENCES=<n>` runs more, `TURNSTILE_SEED=<seed>` replays one.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

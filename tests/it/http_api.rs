@@ -1,6 +1,6 @@
 //! The REST contract over real HTTP (spec/api.md): health, tasks, the error body, bad input.
 
-mod support;
+use crate::support;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -5,7 +5,7 @@
 //! interleaving is forced: one side holds its rows until the other is seen waiting in
 //! `pg_locks`.
 
-mod support;
+use crate::support;
 
 use sqlx::{Connection, PgConnection};
 use std::sync::Arc;

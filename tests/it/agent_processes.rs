@@ -2,7 +2,7 @@
 //! minimal environment, a process group killed as a whole, MCP tokens that die with their
 //! agent or session, a cap on running agents, and a shutdown that does not wait forever.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! servers order among each other (P9). PostgreSQL only: SQLite is one server by design, and
 //! without `TEST_POSTGRES_URL` they fail unless `TURNSTILE_SKIP_POSTGRES=1` (support::postgres_url).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! waits; after a restart the question is detached and still answerable, and an answer or a
 //! prompt relaunches the agent.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::BinaryServer;

@@ -2,7 +2,7 @@
 //! real MCP endpoint (HTTP), on SQLite and PostgreSQL. Each mock scenario of spec/api.md runs
 //! and its messages, turns, bundles and session states are asserted.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::{Api, SHORT_TIMEOUT, TestServer, hold_nth_until};

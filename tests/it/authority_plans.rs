@@ -4,7 +4,7 @@
 //! sorted per row), and on PostgreSQL the rows the executor actually reads, measured with
 //! `EXPLAIN ANALYZE`, do not grow with the session's history.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use sqlx::{Connection, Row};

@@ -1,14 +1,14 @@
 //! Projections and summaries (P1–P9, I2, I9) on both databases: the projector reacting to hub
 //! events, reconciliation at boot and on reads, the session list and its revisions.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::{TestServer, next_event, raw_exec};
+use support::{TestServer, marker_task, next_event, projector_idle, raw_exec};
 use turnstile::model::{
     BundleStatus, MessageAuthor, MessageKind, PendingAction, SessionState, SummaryBody,
 };
@@ -166,34 +166,6 @@ impl Story {
     async fn summary(&self) -> Option<SummaryRecord> {
         self.state.repo.get_summary(&self.task).await.unwrap()
     }
-}
-
-/// A task without sessions whose projection event is published now: once its summary event
-/// arrives, the projector has handled every event published before it.
-async fn marker_task(state: &AppState) -> String {
-    let id = state
-        .repo
-        .create_task(
-            &NewTask {
-                title: "marker".into(),
-                ..Default::default()
-            },
-            state.clock.now(),
-        )
-        .await
-        .unwrap()
-        .id;
-    state
-        .hub
-        .publish(Event::new("session.created", json!({})).for_task(id.clone()));
-    id
-}
-
-/// Waits until the projector has handled every event published so far: a marker task
-/// published now is projected after them.
-async fn projector_idle(state: &AppState, rx: &mut tokio::sync::broadcast::Receiver<Event>) {
-    let marker = marker_task(state).await;
-    next_event(rx, summary_of(&marker)).await;
 }
 
 /// A task whose session asked in its first turn, the background projector idle afterwards and

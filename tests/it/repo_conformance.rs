@@ -1,8 +1,6 @@
 //! Repository conformance: one story per behaviour, each run on SQLite and on PostgreSQL
 //! (`both!`). Rule ids from shared/spec/lifecycle.md name the stories.
 
-mod support;
-
 use std::sync::Arc;
 
 use turnstile::model::{

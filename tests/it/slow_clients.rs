@@ -5,7 +5,7 @@
 //!
 //! Connection handling does not touch the database: these run on SQLite only.
 
-mod support;
+use crate::support;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};

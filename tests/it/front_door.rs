@@ -4,7 +4,7 @@
 //! only JSON or form bodies; pages carry a CSP that forbids framing; errors are JSON and never
 //! carry database text.
 
-mod support;
+use crate::support;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};

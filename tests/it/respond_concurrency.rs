@@ -1,7 +1,7 @@
 //! L13/I3/I4 under load: 50 concurrent responders on one live and on one detached bundle;
 //! exactly one wins, and the agent receives exactly one answer or one resume.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 //! logout and a new token end logins; wrong tokens are limited per client and in all; agents
 //! keep their own per-session MCP tokens.
 
-mod support;
+use crate::support;
 
 use std::net::IpAddr;
 

@@ -1,6 +1,6 @@
 //! Convergence (I2, I5, P9, L18) across the agent scenarios and restarts.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::{Api, SHORT_TIMEOUT, TestServer, turns_done};

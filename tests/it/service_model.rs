@@ -52,7 +52,7 @@
 //! ([`SERVER_TTL`]) for takeovers within a step. `TURNSTILE_SERVERS_SEQUENCES=<n>` (default
 //! 300) sets how many.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

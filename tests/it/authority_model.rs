@@ -3,7 +3,7 @@
 //! Replay a failure with `TURNSTILE_SEED=<seed printed in the failure>`; run more histories
 //! with `TURNSTILE_MODEL_HISTORIES=<n>`.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -544,12 +544,12 @@ fn l1_the_pointer_is_maintained_with_the_authoritys_definition() {
         [
             (
                 "sqlite",
-                include_str!("../migrations/sqlite/0005_current_turn_pointer.sql"),
+                include_str!("../../migrations/sqlite/0005_current_turn_pointer.sql"),
                 &["sessions.id", "NEW.session_id", "OLD.session_id"],
             ),
             (
                 "postgres",
-                include_str!("../migrations/postgres/0005_current_turn_pointer.sql"),
+                include_str!("../../migrations/postgres/0005_current_turn_pointer.sql"),
                 &["sessions.id", "moved"],
             ),
         ],
@@ -569,12 +569,12 @@ fn p1_the_pending_action_is_maintained_with_the_authoritys_definition() {
         [
             (
                 "sqlite",
-                include_str!("../migrations/sqlite/0006_current_turn_pending.sql"),
+                include_str!("../../migrations/sqlite/0006_current_turn_pending.sql"),
                 &["sessions.id", "NEW.id", "NEW.session_id", "OLD.session_id"],
             ),
             (
                 "postgres",
-                include_str!("../migrations/postgres/0006_current_turn_pending.sql"),
+                include_str!("../../migrations/postgres/0006_current_turn_pending.sql"),
                 &["sessions.id", "changed"],
             ),
         ],

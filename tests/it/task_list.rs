@@ -3,7 +3,7 @@
 //! transcript's upward paging, server-rendered Markdown, and editing agent profiles with
 //! write-only environment values.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::{Api, TestServer};

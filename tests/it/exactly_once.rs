@@ -3,7 +3,7 @@
 //! at named points (`server::hooks::Point`), through the real services, a real agent and
 //! real HTTP. No sleeps decide an order.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 
