@@ -39,6 +39,8 @@ cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
 cargo fmt --check
 cargo clippy --features ssr --all-targets -- -D warnings
+# The server as users build it: without the test seams (decision 0042).
+cargo clippy --features ssr --lib --bins -- -D warnings
 cargo clippy --lib --target wasm32-unknown-unknown --no-default-features --features hydrate \
   --target-dir target/front -- -D warnings
 
@@ -47,6 +49,8 @@ cargo test --all-targets
 skipped_report
 
 "$ROOT/scripts/build.sh"
+# Built without the `test-hooks` feature, as users get it: no failpoint may be in it.
+"$ROOT/scripts/no_test_seams.sh" target/debug/turnstile
 
 log "end-to-end tests (Playwright, Chromium)"
 # Two distinct free ports: the default server and one with an access token (LAN use).

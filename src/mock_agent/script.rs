@@ -69,7 +69,7 @@ fn multi_questions() -> Value {
 }
 
 /// A resume prompt built by the server for a detached answer (L17) starts with this marker.
-pub use crate::server::clarification::respond::RESUME_MARKER;
+use crate::model::RESUME_MARKER;
 
 /// Parses a prompt into the steps of one turn.
 pub fn parse(prompt: &str) -> Result<Vec<Step>, String> {

@@ -21,7 +21,7 @@ pub use summary::{LastError, PrimarySessionRef, Summary, SummaryBody};
 pub use task::{Task, TaskPage, TaskQuery};
 pub use transcript::{
     Answer, Bundle, BundleStatus, Message, MessageAuthor, MessageKind, MessagePage, Permission,
-    PermissionOption, Question, QuestionOption, Response, Turn,
+    PermissionOption, Question, QuestionOption, RESUME_MARKER, Response, Turn,
 };
 pub use workflow::{AgentProfile, Workflow, WorkflowStep};
 

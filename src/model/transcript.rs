@@ -161,3 +161,7 @@ pub struct PermissionOption {
     /// ACP's option kind (`AllowOnce`, `RejectOnce`, …).
     pub kind: String,
 }
+
+/// The first line of a resume prompt (L17): the prompt that carries a detached question's
+/// answer to the agent in a new turn. The bundled mock agent recognises it.
+pub const RESUME_MARKER: &str = "[turnstile:clarification-answer]";

@@ -1,18 +1,20 @@
 //! Injection points for tests that must force an interleaving deterministically (a competing
 //! write between a read and its compare-and-set, a pause between a claim and its delivery) or
-//! a failure at a named step of a delivery. Empty in production: each point costs one
-//! uncontended lock read.
-
-use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::RwLock;
+//! a failure at a named step of a delivery.
+//!
+//! Only builds with the `test-hooks` feature (tests and benchmarks, decision 0042) can arm
+//! them; in every other build [`Hooks`] is an empty struct whose `run` and `check` do nothing
+//! and compile away, and no point's name is in the binary.
 
 use crate::server::repo::RepoError;
 
-type Hook = Box<dyn Fn(String) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+#[cfg(feature = "test-hooks")]
+pub use armed::Hooks;
+#[cfg(not(feature = "test-hooks"))]
+pub use inert::Hooks;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "test-hooks", derive(Debug))]
 pub enum Point {
     /// Right before a summary compare-and-set; the key is the task id (P6).
     BeforeSummaryCas,
@@ -102,6 +104,7 @@ pub enum Point {
     Beat,
 }
 
+#[cfg(feature = "test-hooks")]
 impl Point {
     fn name(self) -> &'static str {
         match self {
@@ -138,85 +141,118 @@ impl Point {
     }
 }
 
-#[derive(Default)]
-pub struct Hooks {
-    hooks: RwLock<HashMap<Point, Hook>>,
-    /// Point → how many more times it fails.
-    faults: RwLock<HashMap<Point, u32>>,
-}
+/// The real points: a hook or an armed failure per point.
+#[cfg(feature = "test-hooks")]
+mod armed {
+    use std::collections::HashMap;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::RwLock;
 
-impl std::fmt::Debug for Hooks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let set: Vec<&str> = self
-            .hooks
-            .read()
-            .expect("hooks lock")
-            .keys()
-            .map(|p| p.name())
-            .collect();
-        f.debug_struct("Hooks").field("set", &set).finish()
-    }
-}
+    use super::{Point, RepoError};
 
-impl Hooks {
-    /// Runs `hook(key)` every time `point` is reached, until cleared.
-    pub fn set<F, Fut>(&self, point: Point, hook: F)
-    where
-        F: Fn(String) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        self.hooks
-            .write()
-            .expect("hooks lock")
-            .insert(point, Box::new(move |k| Box::pin(hook(k))));
+    type Hook = Box<dyn Fn(String) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+    #[derive(Default)]
+    pub struct Hooks {
+        hooks: RwLock<HashMap<Point, Hook>>,
+        /// Point → how many more times it fails.
+        faults: RwLock<HashMap<Point, u32>>,
     }
 
-    pub fn clear(&self, point: Point) {
-        self.hooks.write().expect("hooks lock").remove(&point);
-    }
-
-    /// Makes the next `times` passes through `point` fail with [`RepoError::Injected`].
-    pub fn fail(&self, point: Point, times: u32) {
-        self.faults
-            .write()
-            .expect("faults lock")
-            .insert(point, times);
-    }
-
-    /// Failures still armed at `point`.
-    pub fn armed(&self, point: Point) -> u32 {
-        self.faults
-            .read()
-            .expect("faults lock")
-            .get(&point)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    /// `Err` when a failure is armed at `point` (and uses it up).
-    pub fn check(&self, point: Point) -> Result<(), RepoError> {
-        if self.faults.read().expect("faults lock").is_empty() {
-            return Ok(());
+    impl std::fmt::Debug for Hooks {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let set: Vec<&str> = self
+                .hooks
+                .read()
+                .expect("hooks lock")
+                .keys()
+                .map(|p| p.name())
+                .collect();
+            f.debug_struct("Hooks").field("set", &set).finish()
         }
-        let mut faults = self.faults.write().expect("faults lock");
-        match faults.get_mut(&point) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                Err(RepoError::Injected(point.name()))
+    }
+
+    impl Hooks {
+        /// Runs `hook(key)` every time `point` is reached, until cleared.
+        pub fn set<F, Fut>(&self, point: Point, hook: F)
+        where
+            F: Fn(String) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = ()> + Send + 'static,
+        {
+            self.hooks
+                .write()
+                .expect("hooks lock")
+                .insert(point, Box::new(move |k| Box::pin(hook(k))));
+        }
+
+        pub fn clear(&self, point: Point) {
+            self.hooks.write().expect("hooks lock").remove(&point);
+        }
+
+        /// Makes the next `times` passes through `point` fail with [`RepoError::Injected`].
+        pub fn fail(&self, point: Point, times: u32) {
+            self.faults
+                .write()
+                .expect("faults lock")
+                .insert(point, times);
+        }
+
+        /// Failures still armed at `point`.
+        pub fn armed(&self, point: Point) -> u32 {
+            self.faults
+                .read()
+                .expect("faults lock")
+                .get(&point)
+                .copied()
+                .unwrap_or(0)
+        }
+
+        /// `Err` when a failure is armed at `point` (and uses it up).
+        pub fn check(&self, point: Point) -> Result<(), RepoError> {
+            if self.faults.read().expect("faults lock").is_empty() {
+                return Ok(());
             }
-            _ => Ok(()),
+            let mut faults = self.faults.write().expect("faults lock");
+            match faults.get_mut(&point) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    Err(RepoError::Injected(point.name()))
+                }
+                _ => Ok(()),
+            }
+        }
+
+        pub async fn run(&self, point: Point, key: &str) {
+            let pending = self
+                .hooks
+                .read()
+                .expect("hooks lock")
+                .get(&point)
+                .map(|h| h(key.to_string()));
+            if let Some(fut) = pending {
+                fut.await;
+            }
         }
     }
+}
 
-    pub async fn run(&self, point: Point, key: &str) {
-        let pending = self
-            .hooks
-            .read()
-            .expect("hooks lock")
-            .get(&point)
-            .map(|h| h(key.to_string()));
-        if let Some(fut) = pending {
-            fut.await;
+/// Points that cannot be armed: every pass is free.
+#[cfg(not(feature = "test-hooks"))]
+mod inert {
+    use super::{Point, RepoError};
+
+    /// Built only by `Hooks::default()`, as the armed table is.
+    #[derive(Debug, Default)]
+    pub struct Hooks(());
+
+    impl Hooks {
+        #[inline(always)]
+        pub fn check(&self, _point: Point) -> Result<(), RepoError> {
+            Ok(())
         }
+
+        #[inline(always)]
+        pub async fn run(&self, _point: Point, _key: &str) {}
     }
 }

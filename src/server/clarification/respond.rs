@@ -16,8 +16,7 @@ use crate::server::summary::projector::{Scope, refresh_task};
 use crate::server::time::format_micros;
 
 pub const MAX_CUSTOM_TEXT: usize = 2000;
-/// The first line of a resume prompt (L17); the mock agent recognises it.
-pub const RESUME_MARKER: &str = "[turnstile:clarification-answer]";
+use crate::model::RESUME_MARKER;
 
 #[derive(Debug, Deserialize)]
 pub struct RespondBody {

@@ -59,7 +59,8 @@ pub enum RepoError {
     /// Making commits durable failed (`Repository::durable`).
     #[error("syncing the database to disk failed: {0}")]
     Sync(#[from] std::io::Error),
-    /// A failure a test injected at a named point (`server::hooks`).
+    /// A failure a test injected at a named point (`server::hooks`, `test-hooks` builds only).
+    #[cfg(feature = "test-hooks")]
     #[error("injected failure at {0}")]
     Injected(&'static str),
     /// Nothing written: the session owes its agent an answer, which goes first (L18).
