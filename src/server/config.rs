@@ -33,6 +33,8 @@ pub struct Config {
     /// Run the mock agent (profile `mock`) inside this process over an in-memory pipe instead
     /// of as a process: still ACP, and MCP over HTTP. For benchmarks and demos with many
     /// sessions; other profiles are processes as always.
+    /// Only in `test-hooks` builds (decision 0042).
+    #[cfg(feature = "test-hooks")]
     #[arg(long, env = "TURNSTILE_MOCK_IN_PROCESS", value_parser = clap::builder::BoolishValueParser::new())]
     pub mock_in_process: bool,
     /// Another host name this server answers to (repeatable), e.g. a name a reverse proxy
@@ -135,6 +137,7 @@ impl Config {
             max_websocket_clients: crate::server::runtime::MAX_WEBSOCKET_CLIENTS,
             sync_wait: crate::server::runtime::SYNC_WAIT,
             summary_gather: crate::server::runtime::SUMMARY_GATHER,
+            #[cfg(feature = "test-hooks")]
             in_process_mock: self
                 .mock_in_process
                 .then(crate::mock_agent::InProcess::unrecorded),

@@ -44,6 +44,7 @@ pub struct RuntimeConfig {
     pub summary_gather: Duration,
     /// The `mock` profile runs the mock agent inside this process (tests, recording prompts;
     /// `--mock-in-process`, recording nothing).
+    #[cfg(feature = "test-hooks")]
     pub in_process_mock: Option<crate::mock_agent::InProcess>,
 }
 

@@ -37,7 +37,9 @@ pub struct LaunchSpec {
     pub mcp_token: String,
     /// Resume this ACP session with `session/load` when the agent supports it.
     pub load_session: Option<String>,
-    /// Run the bundled mock agent inside this process instead of `command` (tests).
+    /// Run the bundled mock agent inside this process instead of `command` (`test-hooks`
+    /// builds, decision 0042).
+    #[cfg(feature = "test-hooks")]
     pub in_process: Option<crate::mock_agent::InProcess>,
     /// The session this agent works for (the key of its hook points).
     pub session_id: String,
@@ -149,55 +151,14 @@ pub async fn launch(
     start_timeout: std::time::Duration,
 ) -> Result<(AgentConnection, mpsc::Receiver<AgentEvent>), AgentError> {
     let (events, events_rx) = mpsc::channel(EVENT_BUFFER);
-    type Out = Box<dyn futures::AsyncWrite + Send + Unpin>;
-    type In = Box<dyn futures::AsyncRead + Send + Unpin>;
-    let (runner, tail, transport, relay) = match &spec.in_process {
-        Some(mock) => {
-            let (ours, theirs) = tokio::io::duplex(64 * 1024);
-            let (their_in, their_out) = tokio::io::split(theirs);
-            let mock = mock.clone();
-            let agent = tokio::spawn(async move {
-                let _ = crate::mock_agent::serve(
-                    their_in.compat(),
-                    their_out.compat_write(),
-                    Some(mock),
-                )
-                .await;
-            });
-            let (our_in, our_out) = tokio::io::split(ours);
-            let (relay, incoming) = Relay::wrap(our_in, Box::new(|| 0));
-            let transport = ByteStreams::new(
-                Box::new(our_out.compat_write()) as Out,
-                Box::new(incoming.compat()) as In,
-            );
-            (
-                Runner::InProcess(agent),
-                StderrTail::default(),
-                transport,
-                relay,
-            )
-        }
-        None => {
-            let mut child = process::spawn(&spec.command, &spec.args, &spec.env, &spec.cwd)?;
-            let group = spec
-                .groups
-                .register(child.id().ok_or("the agent exited at once")?);
-            let stdin = child.stdin.take().ok_or("agent stdin unavailable")?;
-            let stdout = child.stdout.take().ok_or("agent stdout unavailable")?;
-            let tail = child
-                .stderr
-                .take()
-                .map(StderrTail::capture)
-                .unwrap_or_default();
-            let unread = relay::unread_in_pipe(std::os::fd::AsRawFd::as_raw_fd(&stdout));
-            let (relay, incoming) = Relay::wrap(stdout, unread);
-            let transport = ByteStreams::new(
-                Box::new(stdin.compat_write()) as Out,
-                Box::new(incoming.compat()) as In,
-            );
-            (Runner::Process { group, child }, tail, transport, relay)
-        }
+    #[cfg(feature = "test-hooks")]
+    let started = match &spec.in_process {
+        Some(mock) => start_in_process(mock.clone()),
+        None => spawn_process(&spec)?,
     };
+    #[cfg(not(feature = "test-hooks"))]
+    let started = spawn_process(&spec)?;
+    let (runner, tail, transport, relay) = started;
     let stopped_by_us = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stopping = stopped_by_us.clone();
 
@@ -343,6 +304,62 @@ pub async fn launch(
     }
 }
 
+type Out = Box<dyn futures::AsyncWrite + Send + Unpin>;
+type In = Box<dyn futures::AsyncRead + Send + Unpin>;
+/// A started agent: what runs it, its stderr, and the byte streams ACP speaks over.
+type Started = (
+    Runner,
+    StderrTail,
+    ByteStreams<Out, In>,
+    std::sync::Arc<Relay>,
+);
+
+/// The agent as a process of its own, in its own process group (`process`).
+fn spawn_process(spec: &LaunchSpec) -> Result<Started, AgentError> {
+    let mut child = process::spawn(&spec.command, &spec.args, &spec.env, &spec.cwd)?;
+    let group = spec
+        .groups
+        .register(child.id().ok_or("the agent exited at once")?);
+    let stdin = child.stdin.take().ok_or("agent stdin unavailable")?;
+    let stdout = child.stdout.take().ok_or("agent stdout unavailable")?;
+    let tail = child
+        .stderr
+        .take()
+        .map(StderrTail::capture)
+        .unwrap_or_default();
+    let unread = relay::unread_in_pipe(std::os::fd::AsRawFd::as_raw_fd(&stdout));
+    let (relay, incoming) = Relay::wrap(stdout, unread);
+    let transport = ByteStreams::new(
+        Box::new(stdin.compat_write()) as Out,
+        Box::new(incoming.compat()) as In,
+    );
+    Ok((Runner::Process { group, child }, tail, transport, relay))
+}
+
+/// The bundled mock agent as a task of this process over an in-memory pipe (`test-hooks`
+/// builds: tests and benchmarks with thousands of sessions; decision 0042).
+#[cfg(feature = "test-hooks")]
+fn start_in_process(mock: crate::mock_agent::InProcess) -> Started {
+    let (ours, theirs) = tokio::io::duplex(64 * 1024);
+    let (their_in, their_out) = tokio::io::split(theirs);
+    let agent = tokio::spawn(async move {
+        let _ =
+            crate::mock_agent::serve(their_in.compat(), their_out.compat_write(), Some(mock)).await;
+    });
+    let (our_in, our_out) = tokio::io::split(ours);
+    let (relay, incoming) = Relay::wrap(our_in, Box::new(|| 0));
+    let transport = ByteStreams::new(
+        Box::new(our_out.compat_write()) as Out,
+        Box::new(incoming.compat()) as In,
+    );
+    (
+        Runner::InProcess(agent),
+        StderrTail::default(),
+        transport,
+        relay,
+    )
+}
+
 /// What runs the agent: a process (its group killed when the connection ends) or, in tests,
 /// the mock agent inside this process.
 enum Runner {
@@ -351,6 +368,7 @@ enum Runner {
         group: process::GroupRegistration,
         child: tokio::process::Child,
     },
+    #[cfg(feature = "test-hooks")]
     InProcess(tokio::task::JoinHandle<()>),
 }
 
@@ -358,6 +376,7 @@ impl Runner {
     fn pid(&self) -> Option<u32> {
         match self {
             Runner::Process { group, .. } => Some(group.pid()),
+            #[cfg(feature = "test-hooks")]
             Runner::InProcess(_) => None,
         }
     }
@@ -379,6 +398,7 @@ impl Runner {
                     .ok()
                     .and_then(Result::ok)
             }
+            #[cfg(feature = "test-hooks")]
             Runner::InProcess(agent) => {
                 agent.abort();
                 None
