@@ -5,7 +5,8 @@
 //! session from the moment its worker launches the session's agent (`session_owners`), while
 //! its heartbeat is fresh.
 
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::worker::{self, PromptAccepted};
@@ -31,25 +32,72 @@ pub async fn owner_elsewhere(state: &AppState, session_id: &str) -> Option<Strin
     }
 }
 
+/// A command one server sends the server that runs a session's agent (over the event
+/// bridge's requests; the wire form is this enum as JSON, `{"cmd": "prompt", …}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum PeerCommand {
+    Prompt {
+        session_id: String,
+        content: String,
+    },
+    Cancel {
+        session_id: String,
+    },
+    Retry {
+        session_id: String,
+    },
+    /// N6: a permission answer.
+    Permission {
+        session_id: String,
+        id: String,
+        option_id: Option<String>,
+    },
+    /// L17: wake the worker that delivers the session's owed resume.
+    DeliverOwed {
+        session_id: String,
+        task_id: String,
+    },
+}
+
+/// What the owner replies to a [`PeerCommand`] that it ran (inside `Result<_, AppError>`:
+/// a refusal travels as the error the owner would have answered itself).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", content = "value", rename_all = "snake_case")]
+pub enum PeerReply {
+    Prompt(PromptAccepted),
+    /// `true` when a retry started the agent.
+    Retried(bool),
+    Permission(Permission),
+    Done,
+}
+
 /// Sends `command` to `owner` and waits (as long as a local worker may take) for its reply.
-async fn call(state: &AppState, owner: &str, command: Value) -> Result<Value, AppError> {
+async fn call(state: &AppState, owner: &str, command: &PeerCommand) -> Result<PeerReply, AppError> {
     let unavailable = || {
         AppError::Unavailable(format!(
             "the server running this session ({owner}) did not answer"
         ))
     };
-    let reply = state.hub.request(owner, command).ok_or_else(unavailable)?;
+    let body = serde_json::to_value(command)
+        .map_err(|e| AppError::Internal(format!("cannot encode a peer command: {e}")))?;
+    let reply = state.hub.request(owner, body).ok_or_else(unavailable)?;
     let bound = state.runtime.config.agent_start_timeout + std::time::Duration::from_secs(10);
     let reply = tokio::time::timeout(bound, reply)
         .await
         .map_err(|_| unavailable())?
         .map_err(|_| unavailable())?;
-    match serde_json::from_value::<Result<Value, AppError>>(reply) {
+    match serde_json::from_value::<Result<PeerReply, AppError>>(reply) {
         Ok(result) => result,
         Err(e) => Err(AppError::Internal(format!(
             "unreadable reply from {owner}: {e}"
         ))),
     }
+}
+
+/// A reply that does not answer the command it was sent for.
+fn mismatched(reply: PeerReply) -> AppError {
+    AppError::Internal(format!("a peer replied {reply:?} to another command"))
 }
 
 /// `Some` when the session's agent runs elsewhere: the prompt went there.
@@ -59,24 +107,41 @@ pub async fn prompt(
     content: &str,
 ) -> Option<Result<PromptAccepted, AppError>> {
     let owner = owner_elsewhere(state, session_id).await?;
-    let command = json!({ "cmd": "prompt", "session_id": session_id, "content": content });
-    Some(call(state, &owner, command).await.and_then(|v| {
-        serde_json::from_value(v).map_err(|e| AppError::Internal(format!("unreadable reply: {e}")))
-    }))
+    let command = PeerCommand::Prompt {
+        session_id: session_id.into(),
+        content: content.into(),
+    };
+    Some(match call(state, &owner, &command).await {
+        Ok(PeerReply::Prompt(accepted)) => Ok(accepted),
+        Ok(other) => Err(mismatched(other)),
+        Err(e) => Err(e),
+    })
 }
 
 /// `Some` when the session's agent runs elsewhere: the cancel went there.
 pub async fn cancel(state: &AppState, session_id: &str) -> Option<Result<(), AppError>> {
     let owner = owner_elsewhere(state, session_id).await?;
-    let command = json!({ "cmd": "cancel", "session_id": session_id });
-    Some(call(state, &owner, command).await.map(|_| ()))
+    let command = PeerCommand::Cancel {
+        session_id: session_id.into(),
+    };
+    Some(match call(state, &owner, &command).await {
+        Ok(PeerReply::Done) => Ok(()),
+        Ok(other) => Err(mismatched(other)),
+        Err(e) => Err(e),
+    })
 }
 
 /// `Some` when the session's agent runs elsewhere: the retry went there.
 pub async fn retry(state: &AppState, session_id: &str) -> Option<Result<bool, AppError>> {
     let owner = owner_elsewhere(state, session_id).await?;
-    let command = json!({ "cmd": "retry", "session_id": session_id });
-    Some(call(state, &owner, command).await.map(|v| v == json!(true)))
+    let command = PeerCommand::Retry {
+        session_id: session_id.into(),
+    };
+    Some(match call(state, &owner, &command).await {
+        Ok(PeerReply::Retried(started)) => Ok(started),
+        Ok(other) => Err(mismatched(other)),
+        Err(e) => Err(e),
+    })
 }
 
 /// `Some` when the session's agent runs elsewhere: the permission answer went there (N6).
@@ -87,11 +152,16 @@ pub async fn permission(
     option_id: Option<&str>,
 ) -> Option<Result<Permission, AppError>> {
     let owner = owner_elsewhere(state, session_id).await?;
-    let command =
-        json!({ "cmd": "permission", "session_id": session_id, "id": id, "option_id": option_id });
-    Some(call(state, &owner, command).await.and_then(|v| {
-        serde_json::from_value(v).map_err(|e| AppError::Internal(format!("unreadable reply: {e}")))
-    }))
+    let command = PeerCommand::Permission {
+        session_id: session_id.into(),
+        id: id.into(),
+        option_id: option_id.map(str::to_string),
+    };
+    Some(match call(state, &owner, &command).await {
+        Ok(PeerReply::Permission(answered)) => Ok(answered),
+        Ok(other) => Err(mismatched(other)),
+        Err(e) => Err(e),
+    })
 }
 
 /// After a resume became owed (L17): wakes the worker that delivers it — the owner's, or this
@@ -113,8 +183,11 @@ pub async fn wake_owner(state: &AppState, session_id: &str, task_id: &str) -> bo
     let Some(owner) = owner_elsewhere(state, session_id).await else {
         return false;
     };
-    let command = json!({ "cmd": "deliver_owed", "session_id": session_id, "task_id": task_id });
-    if let Err(e) = call(state, &owner, command).await {
+    let command = PeerCommand::DeliverOwed {
+        session_id: session_id.into(),
+        task_id: task_id.into(),
+    };
+    if let Err(e) = call(state, &owner, &command).await {
         // Still owed in the database: the owner's next turn end or start-up delivers it.
         tracing::warn!(session_id, error = %e, "cannot wake the session's server");
     }
@@ -157,37 +230,76 @@ pub fn serve(state: AppState, mut requests: mpsc::Receiver<Request>) {
     });
 }
 
-/// Runs a forwarded command here, as if it had arrived here.
-async fn run(state: &AppState, command: &Value) -> Result<Value, AppError> {
-    let text = |k: &str| {
-        command[k]
-            .as_str()
-            .map(str::to_string)
-            .ok_or_else(|| AppError::BadRequest(format!("forwarded command without {k}")))
-    };
-    let session_id = text("session_id")?;
-    match command["cmd"].as_str() {
-        Some("prompt") => {
-            let accepted = sessions::send_prompt_here(state, &session_id, text("content")?).await?;
-            Ok(serde_json::to_value(accepted).unwrap_or(Value::Null))
+/// Runs a forwarded command here, as if it had arrived here. A body that is no
+/// [`PeerCommand`] gets 400 naming what it lacks.
+async fn run(state: &AppState, body: &Value) -> Result<PeerReply, AppError> {
+    let command = PeerCommand::deserialize(body)
+        .map_err(|e| AppError::BadRequest(format!("unreadable forwarded command: {e}")))?;
+    Ok(match command {
+        PeerCommand::Prompt {
+            session_id,
+            content,
+        } => PeerReply::Prompt(sessions::send_prompt_here(state, &session_id, content).await?),
+        PeerCommand::Cancel { session_id } => {
+            sessions::cancel_here(state, &session_id).await?;
+            PeerReply::Done
         }
-        Some("cancel") => sessions::cancel_here(state, &session_id)
-            .await
-            .map(|()| Value::Null),
-        Some("retry") => sessions::retry_here(state, &session_id)
-            .await
-            .map(Value::Bool),
-        Some("permission") => {
-            let option_id = command["option_id"].as_str().map(str::to_string);
-            let answered = permissions::respond_here(state, &text("id")?, option_id).await?;
-            Ok(serde_json::to_value(answered).unwrap_or(Value::Null))
+        PeerCommand::Retry { session_id } => {
+            PeerReply::Retried(sessions::retry_here(state, &session_id).await?)
         }
-        Some("deliver_owed") => {
-            owed_here(state, &session_id, &text("task_id")?).await;
-            Ok(Value::Null)
+        PeerCommand::Permission { id, option_id, .. } => {
+            PeerReply::Permission(permissions::respond_here(state, &id, option_id).await?)
         }
-        other => Err(AppError::BadRequest(format!(
-            "unknown forwarded command {other:?}"
-        ))),
+        PeerCommand::DeliverOwed {
+            session_id,
+            task_id,
+        } => {
+            owed_here(state, &session_id, &task_id).await;
+            PeerReply::Done
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wire form other servers of the same version read: tagged by `cmd`.
+    #[test]
+    fn peer_commands_travel_tagged_by_cmd() {
+        let c = PeerCommand::DeliverOwed {
+            session_id: "s".into(),
+            task_id: "t".into(),
+        };
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({ "cmd": "deliver_owed", "session_id": "s", "task_id": "t" })
+        );
+        assert_eq!(PeerCommand::deserialize(&v).unwrap(), c);
+    }
+
+    /// Bad input from a peer is refused with what is wrong, never guessed at.
+    #[test]
+    fn an_unknown_or_incomplete_peer_command_is_refused() {
+        for body in [
+            serde_json::json!({ "cmd": "format_disk", "session_id": "s" }),
+            serde_json::json!({ "cmd": "prompt", "session_id": "s" }),
+            serde_json::json!({ "session_id": "s" }),
+        ] {
+            assert!(PeerCommand::deserialize(&body).is_err(), "{body}");
+        }
+    }
+
+    #[test]
+    fn replies_round_trip_inside_a_result() {
+        let r: Result<PeerReply, AppError> = Ok(PeerReply::Retried(true));
+        let v = serde_json::to_value(&r).unwrap();
+        let back: Result<PeerReply, AppError> = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+        let e: Result<PeerReply, AppError> = Err(AppError::Conflict("taken".into()));
+        let v = serde_json::to_value(&e).unwrap();
+        let back: Result<PeerReply, AppError> = serde_json::from_value(v).unwrap();
+        assert_eq!(back, e);
     }
 }
