@@ -21,7 +21,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::json;
 
 use crate::server::auth::FailureLimiter;
-use crate::server::clarification::ask::parse_ask;
+use crate::server::clarification::ask::{parse_ask, tool_output};
 use crate::server::clarification::asking::{AskOutcome, ask_and_wait};
 use crate::server::orchestrator::sessions::hash_token;
 use crate::server::repo::SessionRecord;
@@ -141,7 +141,8 @@ impl ServerHandler for AskServer {
         };
         let outcome = ask_and_wait(&self.state, &session, ask, cx.ct.clone(), progress).await;
         Ok(match outcome {
-            AskOutcome::Answered(value) => {
+            AskOutcome::Answered(response) => {
+                let value = tool_output(&response);
                 let mut r = CallToolResult::structured(value.clone());
                 r.content = vec![ContentBlock::text(value.to_string())];
                 r.into()

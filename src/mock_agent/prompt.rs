@@ -8,9 +8,10 @@ use agent_client_protocol::Client;
 use agent_client_protocol::v1::{
     self,
     schema::{
-        ContentBlock, ContentChunk, PermissionOption, PermissionOptionKind,
-        RequestPermissionOutcome, RequestPermissionRequest, SessionId, SessionUpdate, StopReason,
-        ToolCall, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+        ContentBlock, ContentChunk, CreateElicitationRequest, PermissionOption,
+        PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest, SessionId,
+        SessionUpdate, StopReason, ToolCall, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+        ToolKind,
     },
 };
 use rmcp::model::CallToolRequestParams;
@@ -186,6 +187,39 @@ pub(super) async fn run_prompt(
                     Err(e) => format!("failed: {e}"),
                 };
                 say(format!("Permission outcome: {verdict}"));
+            }
+            Step::Elicit {
+                message,
+                schema,
+                url,
+            } => {
+                // What the agent said before is on the wire before the question leaves.
+                st.written.flushed().await;
+                let request = match (schema, url) {
+                    (Some(schema), _) => serde_json::json!({
+                        "mode": "form", "sessionId": sid.0.to_string(), "message": message,
+                        "requestedSchema": schema,
+                    }),
+                    (None, url) => serde_json::json!({
+                        "mode": "url", "sessionId": sid.0.to_string(), "message": message,
+                        "elicitationId": format!("el-{}", sid.0), "url": url.unwrap_or_default(),
+                    }),
+                };
+                let outcome = match serde_json::from_value::<CreateElicitationRequest>(request) {
+                    Ok(request) => match conn.send_request(request).block_task().await {
+                        Ok(response) => {
+                            let v = serde_json::to_value(&response).unwrap_or_default();
+                            let action = v["action"].as_str().unwrap_or("?").to_string();
+                            match v.get("content") {
+                                Some(content) => format!("{action} {content}"),
+                                None => action,
+                            }
+                        }
+                        Err(e) => format!("error {e}"),
+                    },
+                    Err(e) => format!("error the script's request is no elicitation: {e}"),
+                };
+                say(format!("Elicitation result: {outcome}"));
             }
         }
     }

@@ -26,6 +26,13 @@ pub enum Step {
         count: u32,
         text: String,
     },
+    /// E9: `elicitation/create` in form mode (`{message, requestedSchema}`) or, with `url`,
+    /// URL mode; the agent says "Elicitation result: <action> <content JSON>".
+    Elicit {
+        message: String,
+        schema: Option<Value>,
+        url: Option<String>,
+    },
 }
 
 /// The most chunks one `e2e:stream` line may send.
@@ -188,6 +195,23 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
                     end_turn_on_timeout: false,
                 }
             }
+            "e2e:elicit" => {
+                let v: Value = serde_json::from_str(args)
+                    .map_err(|e| format!("line {n}: elicit needs JSON: {e}"))?;
+                Step::Elicit {
+                    message: v["message"].as_str().unwrap_or("").to_string(),
+                    schema: Some(v["requestedSchema"].clone()),
+                    url: None,
+                }
+            }
+            "e2e:elicit-url" => Step::Elicit {
+                message: "Open the link to continue".into(),
+                schema: None,
+                url: Some(
+                    serde_json::from_str::<String>(args.trim())
+                        .map_err(|e| format!("line {n}: elicit-url needs a JSON string: {e}"))?,
+                ),
+            },
             other => return Err(format!("line {n}: unknown script command {other:?}")),
         };
         steps.push(step);

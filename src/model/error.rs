@@ -19,6 +19,9 @@ pub enum AppError {
     MethodNotAllowed(String),
     #[error("conflict: {0}")]
     Conflict(String),
+    /// E4: well-formed, but a value breaks its question's form (422).
+    #[error("unprocessable: {0}")]
+    Unprocessable(String),
     #[error("payload too large: {0}")]
     PayloadTooLarge(String),
     #[error("unsupported media type: {0}")]
@@ -45,6 +48,7 @@ impl AppError {
             AppError::NotFound(_) => "not_found",
             AppError::MethodNotAllowed(_) => "method_not_allowed",
             AppError::Conflict(_) => "conflict",
+            AppError::Unprocessable(_) => "unprocessable",
             AppError::PayloadTooLarge(_) => "payload_too_large",
             AppError::UnsupportedMediaType(_) => "unsupported_media_type",
             AppError::TooManyRequests(_) => "too_many_requests",
@@ -64,6 +68,7 @@ impl AppError {
             | AppError::NotFound(m)
             | AppError::MethodNotAllowed(m)
             | AppError::Conflict(m)
+            | AppError::Unprocessable(m)
             | AppError::PayloadTooLarge(m)
             | AppError::Internal(m)
             | AppError::Retryable(m) => m,
@@ -78,6 +83,7 @@ impl AppError {
             AppError::NotFound(_) => 404,
             AppError::MethodNotAllowed(_) => 405,
             AppError::Conflict(_) => 409,
+            AppError::Unprocessable(_) => 422,
             AppError::PayloadTooLarge(_) => 413,
             AppError::UnsupportedMediaType(_) => 415,
             AppError::TooManyRequests(_) => 429,

@@ -3,6 +3,7 @@
 
 mod envelope_parse;
 mod error;
+pub mod form;
 pub mod limits;
 mod notification;
 mod pending;

@@ -100,7 +100,12 @@ pub struct Question {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     pub prompt: String,
+    /// The choices; empty for a question that takes a typed value (`form.input`).
     pub options: Vec<QuestionOption>,
+    /// What the question asks beyond one option or "Other" text (E3); absent fields are the
+    /// plain question's.
+    #[serde(flatten)]
+    pub form: super::form::Form,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

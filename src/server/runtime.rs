@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::model::{Question, Response};
 use crate::server::agents::AgentError;
@@ -251,7 +251,21 @@ pub struct Runtime {
     /// (the HTTP server drained), not when a shutdown begins — events of requests that finish
     /// during the drain are still projected (P10).
     pub projector_stop: tokio_util::sync::CancellationToken,
+    /// Agents' elicitations (E2) on their way from the session workers to the service that
+    /// asks them (`clarification::elicitation::serve`, started at boot). Bounded.
+    pub elicitations: mpsc::Sender<Elicitation>,
+    /// The queue's other end, until boot takes it.
+    pub elicitations_rx: Mutex<Option<mpsc::Receiver<Elicitation>>>,
 }
+
+/// An agent's elicitation and the session it came from.
+pub struct Elicitation {
+    pub session_id: String,
+    pub ask: crate::server::agents::ElicitationAsk,
+}
+
+/// Elicitations waiting to be asked; a full queue answers the agent `cancel`.
+const ELICITATION_QUEUE: usize = 256;
 
 /// Bundles a [`QuestionCache`] keeps; beyond it the oldest go first.
 const CACHED_BUNDLES: usize = 4096;
@@ -311,7 +325,10 @@ impl QuestionCache {
 
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> Self {
+        let (elicitations, elicitations_rx) = mpsc::channel(ELICITATION_QUEUE);
         Runtime {
+            elicitations,
+            elicitations_rx: Mutex::new(Some(elicitations_rx)),
             agents: AgentSlots::new(config.max_agents),
             agent_groups: Arc::default(),
             config,

@@ -137,6 +137,16 @@ pub async fn build_state(
     if let Some(requests) = state.hub.take_requests() {
         crate::server::orchestrator::forward::serve(state.clone(), requests);
     }
+    // E2: agents' elicitations become questions.
+    if let Some(queue) = state
+        .runtime
+        .elicitations_rx
+        .lock()
+        .expect("elicitation queue lock")
+        .take()
+    {
+        crate::server::clarification::elicitation::serve(state.clone(), queue);
+    }
     // N3: turns recovery completed run (or defer) their step action like any completion.
     for t in &closed.turns {
         workflow::turn_completed(&state, &t.session_id, &t.task_id, &t.turn_id).await;

@@ -319,6 +319,7 @@ mod tests {
                 label: "A".into(),
                 description: String::new(),
             }],
+            form: Default::default(),
         }
     }
 

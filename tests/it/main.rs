@@ -12,6 +12,7 @@ mod authority_model;
 mod authority_plans;
 mod convergence;
 mod crash_recovery;
+mod elicitation;
 mod exactly_once;
 mod front_door;
 mod hostile_inputs;

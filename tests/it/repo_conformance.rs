@@ -148,6 +148,7 @@ fn db_question() -> Question {
                 description: String::new(),
             })
             .collect(),
+        form: Default::default(),
     }
 }
 

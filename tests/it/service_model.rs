@@ -77,8 +77,11 @@ const LANES: u64 = 8;
 const THREE_SERVER_LANES: u64 = 4;
 const STEPS: usize = 6;
 /// The heartbeat TTL of the servers of a three-server lane: a server that stops beating is
-/// taken over within about 4/3 of it (the taker looks every third of it).
-const SERVER_TTL: Duration = Duration::from_millis(600);
+/// taken over within about 4/3 of it (the taker looks every third of it). Long enough that a
+/// server starved of CPU by the rest of the run (12 servers, PostgreSQL and the test on two
+/// cores) is not taken for dead: then two servers would run the session's agent until the
+/// starved one's next heartbeat (`lease`), which the one-agent check reports.
+const SERVER_TTL: Duration = Duration::from_secs(2);
 /// As many steps as a workflow may have (I6 counts them; a sequence rarely completes more
 /// turns than this).
 const WORKFLOW_STEPS: usize = 20;
@@ -93,6 +96,9 @@ struct Lane {
     /// pending id → how often a server announced it detached (I7: at most once), counted
     /// from each server's start on.
     detached_announced: Announced,
+    /// The lane's last steps, earlier sequences' included: a failure that depends on what
+    /// an earlier sequence left behind (a seed alone does not replay it) names them.
+    history: std::collections::VecDeque<String>,
 }
 
 type Announced = std::sync::Arc<std::sync::Mutex<BTreeMap<String, usize>>>;
@@ -116,6 +122,7 @@ impl Lane {
             agent,
             raw,
             detached_announced: announced,
+            history: Default::default(),
         }
     }
 
@@ -447,8 +454,9 @@ impl Seq<'_> {
 
     fn fail(&self, what: &str) -> ! {
         panic!(
-            "seed {} (replay with TURNSTILE_SEED={}): {what}\nsteps: {:#?}",
-            self.seed, self.seed, self.log
+            "seed {} (replay with TURNSTILE_SEED={}): {what}\nsteps: {:#?}\nthe lane's last \
+             steps before this sequence (oldest first): {:#?}",
+            self.seed, self.seed, self.log, self.lane.history
         )
     }
 
@@ -946,9 +954,31 @@ impl Seq<'_> {
             row.as_deref() == Some(self.lane.server(i).state.runtime.config.server_id.as_str())
         });
         if owners.len() > 1 || agents.iter().sum::<usize>() > 1 || !named {
+            let state = self.state();
+            let ttl = i64::try_from(SERVER_TTL.as_micros()).unwrap_or(i64::MAX);
+            let live = state
+                .repo
+                .other_live_servers("", state.clock.now() - ttl)
+                .await
+                .unwrap();
+            let beats: Vec<(String, i64)> = {
+                let mut ages = vec![];
+                for i in 0..self.lane.servers.len() {
+                    let since = state.clock.now() - 60_000_000;
+                    let alive = state
+                        .repo
+                        .other_live_servers("", since)
+                        .await
+                        .unwrap()
+                        .contains(&server_id(i));
+                    ages.push((server_id(i), i64::from(alive)));
+                }
+                ages
+            };
             self.fail(&format!(
                 "one agent per session: servers {owners:?} hold the session's claim with an \
-                 agent, the owner row names {row:?}; agents running per server {agents:?}"
+                 agent, the owner row names {row:?}; agents running per server {agents:?}; \
+                 servers with a heartbeat within the TTL now: {live:?}; within a minute: {beats:?}"
             ));
         }
     }
@@ -2191,6 +2221,10 @@ async fn run_sequence(lane: &mut Lane, workflow: &str, seed: u64) {
         };
         // Logged before its quiescent point, so a failure there names the step.
         s.log.push(name.clone());
+        if s.lane.history.len() == 40 {
+            s.lane.history.pop_front();
+        }
+        s.lane.history.push_back(format!("seed {seed}: {name}"));
         let acted = started.elapsed();
         s.settle().await;
         let settled = started.elapsed();

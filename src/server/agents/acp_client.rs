@@ -5,11 +5,12 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::{
     self,
     schema::{
-        CancelNotification, ClientCapabilities, ContentBlock, HttpHeader, Implementation,
-        InitializeRequest, LoadSessionRequest, McpServer, McpServerHttp, NewSessionRequest,
-        PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
-        RequestPermissionResponse, SelectedPermissionOutcome, SessionId, SessionNotification,
-        SessionUpdate,
+        CancelNotification, ClientCapabilities, ContentBlock, CreateElicitationRequest,
+        CreateElicitationResponse, ElicitationCapabilities, ElicitationFormCapabilities,
+        ElicitationUrlCapabilities, HttpHeader, Implementation, InitializeRequest,
+        LoadSessionRequest, McpServer, McpServerHttp, NewSessionRequest, PromptRequest,
+        RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+        SelectedPermissionOutcome, SessionId, SessionNotification, SessionUpdate,
     },
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
@@ -59,6 +60,15 @@ pub struct PermissionAsk {
     pub reply: oneshot::Sender<Option<String>>,
 }
 
+/// An `elicitation/create` of the agent (spec/elicitation.md E2) as JSON, and where its
+/// outcome goes: the `CreateElicitationResponse` as JSON, or why the request cannot be shown
+/// (the agent gets `-32602` with it). A dropped `reply` answers `cancel`.
+#[derive(Debug)]
+pub struct ElicitationAsk {
+    pub request: serde_json::Value,
+    pub reply: oneshot::Sender<Result<serde_json::Value, String>>,
+}
+
 #[derive(Debug)]
 pub struct PromptFailure {
     pub message: String,
@@ -76,6 +86,8 @@ pub enum AgentEvent {
         title: String,
     },
     Permission(PermissionAsk),
+    /// The agent asks through ACP elicitation (E2).
+    Elicitation(ElicitationAsk),
     /// A `session/prompt` finished with its stop reason, or failed.
     PromptDone(Result<String, PromptFailure>),
     /// The agent process or its connection ended.
@@ -166,6 +178,7 @@ pub async fn launch(
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let updates = events.clone();
     let permissions = events.clone();
+    let elicitations = events.clone();
     let exited = events.clone();
     let marked = events.clone();
     let ours = relay.clone();
@@ -237,6 +250,39 @@ pub async fn launch(
                     };
                     if let Err(e) = responder.respond(RequestPermissionResponse::new(outcome)) {
                         tracing::warn!(error = ?e, "permission reply failed");
+                    }
+                    Ok(())
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: CreateElicitationRequest,
+                        responder: v1::Responder<CreateElicitationResponse>,
+                        cx: v1::ConnectionTo<Agent>| {
+                let (reply, answer) = oneshot::channel();
+                let request = serde_json::to_value(&req).unwrap_or_default();
+                let _ = elicitations
+                    .send(AgentEvent::Elicitation(ElicitationAsk { request, reply }))
+                    .await;
+                // Waiting happens outside the dispatch loop, which must keep running.
+                cx.spawn(async move {
+                    let sent = match answer.await {
+                        Ok(Ok(outcome)) => match serde_json::from_value(outcome) {
+                            Ok(response) => responder.respond(response),
+                            Err(e) => responder.respond_with_internal_error(e),
+                        },
+                        Ok(Err(why)) => responder.respond_with_error(
+                            agent_client_protocol::Error::invalid_params().data(json!(why)),
+                        ),
+                        // E5: the wait ended without an answer.
+                        Err(_) => match serde_json::from_value(json!({ "action": "cancel" })) {
+                            Ok(cancel) => responder.respond(cancel),
+                            Err(e) => responder.respond_with_internal_error(e),
+                        },
+                    };
+                    if let Err(e) = sent {
+                        tracing::warn!(error = ?e, "elicitation reply failed");
                     }
                     Ok(())
                 })
@@ -418,7 +464,14 @@ async fn handshake(
     let init = cx
         .send_request(
             InitializeRequest::new(ProtocolVersion::V1)
-                .client_capabilities(ClientCapabilities::new())
+                // E1: questions reach the user through elicitation too (form and URL).
+                .client_capabilities(
+                    ClientCapabilities::new().elicitation(
+                        ElicitationCapabilities::new()
+                            .form(ElicitationFormCapabilities::new())
+                            .url(ElicitationUrlCapabilities::new()),
+                    ),
+                )
                 .client_info(Implementation::new("turnstile", env!("CARGO_PKG_VERSION"))),
         )
         .block_task()

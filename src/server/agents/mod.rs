@@ -25,5 +25,5 @@ impl From<String> for AgentError {
 }
 
 pub use acp_client::{
-    AgentConnection, AgentEvent, LaunchSpec, PermissionAsk, PromptFailure, launch,
+    AgentConnection, AgentEvent, ElicitationAsk, LaunchSpec, PermissionAsk, PromptFailure, launch,
 };

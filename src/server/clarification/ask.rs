@@ -4,6 +4,7 @@
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::model::form::Form;
 use crate::model::limits::{self, at_most};
 use crate::model::{Answer, AppError, Question, QuestionOption, Response};
 
@@ -137,11 +138,20 @@ fn validate(args: &Value) -> Result<Ask, String> {
         if questions.iter().any(|x: &Question| x.id == id) {
             return Err(format!("{at}.id {id:?} is not unique"));
         }
+        let multi_select = match q.get("multi_select") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(format!("{at}.multi_select must be true or false")),
+        };
         questions.push(Question {
             id,
             title,
             prompt: prompt.to_string(),
             options,
+            form: Form {
+                multi_select,
+                ..Form::default()
+            },
         });
     }
     Ok(Ask { questions, context })

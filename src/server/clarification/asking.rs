@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::ask::{Ask, tool_output};
+use super::ask::Ask;
 use crate::model::AppError;
 use crate::server::orchestrator::publish;
 use crate::server::orchestrator::superseded::SUPERSEDED;
@@ -17,8 +17,9 @@ use crate::server::state::AppState;
 /// How a wait ended.
 #[derive(Debug)]
 pub enum AskOutcome {
-    /// The tool result (spec/api.md output shape).
-    Answered(serde_json::Value),
+    /// The answer (or the skip) as accepted; the caller shapes it for its agent (the MCP
+    /// tool's output, or an elicitation's content).
+    Answered(crate::model::Response),
     /// Timed out or cancelled: the bundle is detached and stays answerable (L9).
     Detached(&'static str),
     /// The question is not (or no longer) the session's to ask: its turn was superseded or
@@ -101,7 +102,7 @@ where
             message = &mut rx => match message {
                 // The responder moved the session back to `running` with the delivery.
                 Ok(WaiterMsg::Answer { response }) => {
-                    return AskOutcome::Answered(tool_output(&response));
+                    return AskOutcome::Answered(response);
                 }
                 Ok(WaiterMsg::Ended(reason)) => return AskOutcome::Ended(reason),
                 // The responder that took the waiter could not record the delivery: nothing
@@ -125,7 +126,7 @@ where
     if state.runtime.waiters.take(&pending_id).is_none()
         && let Ok(WaiterMsg::Answer { response }) = rx.await
     {
-        return AskOutcome::Answered(tool_output(&response));
+        return AskOutcome::Answered(response);
     }
     match state.repo.detach_bundle(&pending_id).await {
         Ok(true) => {

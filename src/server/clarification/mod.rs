@@ -3,6 +3,7 @@
 
 pub mod ask;
 pub mod asking;
+pub mod elicitation;
 pub mod handoff;
 pub mod read;
 pub mod recovery;

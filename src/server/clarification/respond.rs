@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::handoff::{self, Handoff};
+use crate::model::form;
 use crate::model::{Answer, AppError, BundleStatus, Question, Response};
 use crate::server::hooks::Point;
 use crate::server::orchestrator::{forward, publish, workflow};
@@ -36,7 +37,36 @@ pub struct Responded {
 }
 
 /// L12: the response fits the bundle's questions. Nothing is written before this passes.
-pub fn validate(questions: &[Question], body: &RespondBody) -> Result<(bool, Vec<Answer>), String> {
+/// L12/E4: the body checked against the bundle's questions. A malformed body is 400; a
+/// well-formed one whose value breaks a question's form (too many picks, a number out of
+/// range, text too long, a required question left out) is 422. Either way nothing is written.
+pub fn validate(
+    questions: &[Question],
+    body: &RespondBody,
+) -> Result<(bool, Vec<Answer>), AppError> {
+    check_shape(questions, body).map_err(AppError::BadRequest)?;
+    let rejected = body.rejected.unwrap_or(false);
+    let answers = body.answers.clone().unwrap_or_default();
+    if !rejected {
+        for q in questions {
+            match answers.iter().find(|a| a.question_id == q.id) {
+                Some(a) => form::check_answer(q, a).map_err(AppError::Unprocessable)?,
+                None if q.form.required => {
+                    return Err(AppError::Unprocessable(format!(
+                        "question {:?} is required",
+                        q.id
+                    )));
+                }
+                None => {}
+            }
+        }
+    }
+    Ok((rejected, answers))
+}
+
+/// The checks every question has (400): one answer at most per question, known ids and
+/// options, bounded text, something picked or written.
+fn check_shape(questions: &[Question], body: &RespondBody) -> Result<(), String> {
     let rejected = body.rejected.unwrap_or(false);
     if rejected {
         if body.answers.as_ref().is_some_and(|a| !a.is_empty()) {
@@ -51,7 +81,7 @@ pub fn validate(questions: &[Question], body: &RespondBody) -> Result<(bool, Vec
                 "reject_reason exceeds {MAX_CUSTOM_TEXT} characters"
             ));
         }
-        return Ok((true, vec![]));
+        return Ok(());
     }
     let answers = body
         .answers
@@ -59,7 +89,8 @@ pub fn validate(questions: &[Question], body: &RespondBody) -> Result<(bool, Vec
         .ok_or("give `answers` (one per question) or `rejected: true`")?;
     for q in questions {
         let n = answers.iter().filter(|a| a.question_id == q.id).count();
-        if n != 1 {
+        // A question left out is the form's business (E4: 422 when it is required).
+        if n > 1 || (n == 0 && q.form.is_plain()) {
             return Err(format!(
                 "question {:?} needs exactly one answer, got {n}",
                 q.id
@@ -88,14 +119,15 @@ pub fn validate(questions: &[Question], body: &RespondBody) -> Result<(bool, Vec
                 q.id
             ));
         }
-        if a.selected_options.is_empty() && text.trim().is_empty() {
+        // A typed value's emptiness is its form's to judge (a link is answered with none).
+        if q.form.input.is_none() && a.selected_options.is_empty() && text.trim().is_empty() {
             return Err(format!(
                 "question {:?} needs a selected option or custom text",
                 q.id
             ));
         }
     }
-    Ok((false, answers))
+    Ok(())
 }
 
 /// The questions of `pending_id`: remembered from its ask on this server, or read.
@@ -126,7 +158,7 @@ pub async fn respond(
     body: RespondBody,
 ) -> Result<Responded, AppError> {
     let questions = questions_of(state, pending_id).await?;
-    let (rejected, answers) = validate(&questions, &body).map_err(AppError::BadRequest)?;
+    let (rejected, answers) = validate(&questions, &body)?;
     let now = state.clock.now();
     let response = Response {
         pending_id: pending_id.to_string(),

@@ -360,8 +360,9 @@ where
 {
     for (position, q) in questions.iter().enumerate() {
         sqlx::query::<DB>(
-            "INSERT INTO clarification_questions (pending_id, position, question_id, title, prompt, options) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO clarification_questions \
+             (pending_id, position, question_id, title, prompt, options, form) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(pending_id)
         .bind(position as i64)
@@ -369,6 +370,7 @@ where
         .bind(&q.title)
         .bind(&q.prompt)
         .bind(json(&q.options))
+        .bind((!q.form.is_plain()).then(|| json(&q.form)))
         .execute(&mut **tx)
         .await?;
     }

@@ -287,6 +287,8 @@ pub struct QuestionRow {
     pub prompt: String,
     /// JSON array of `QuestionOption`.
     pub options: String,
+    /// JSON of the question's `Form`; NULL for a plain question.
+    pub form: Option<String>,
 }
 
 /// A bundle with its questions and L2 evaluated when it was read.

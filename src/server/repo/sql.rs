@@ -104,11 +104,21 @@ pub(super) fn questions_from_rows(rows: Vec<QuestionRow>) -> Result<Vec<Question
                     q.question_id, q.pending_id
                 ))
             })?;
+            let form = match &q.form {
+                None => Default::default(),
+                Some(text) => serde_json::from_str(text).map_err(|e| {
+                    RepoError::Corrupt(format!(
+                        "form of question {} in {}: {e}",
+                        q.question_id, q.pending_id
+                    ))
+                })?,
+            };
             Ok(Question {
                 id: q.question_id,
                 title: q.title,
                 prompt: q.prompt,
                 options,
+                form,
             })
         })
         .collect()
@@ -138,7 +148,7 @@ pub(super) fn questions_of(backend: Backend, b: &str) -> String {
         "(SELECT {} FROM clarification_questions q WHERE q.pending_id = {b}.pending_id) AS questions",
         json_rows(
             backend,
-            "q.pending_id, q.position, q.question_id, q.title, q.prompt, q.options",
+            "q.pending_id, q.position, q.question_id, q.title, q.prompt, q.options, q.form",
             "ORDER BY q.position, q.question_id",
         )
     )
@@ -146,18 +156,27 @@ pub(super) fn questions_of(backend: Backend, b: &str) -> String {
 
 /// Reads the column [`questions_of`] wrote.
 pub(super) fn questions_from_json(text: &str) -> Result<Vec<Question>, RepoError> {
-    type Row = (String, i64, String, Option<String>, String, String);
+    type Row = (
+        String,
+        i64,
+        String,
+        Option<String>,
+        String,
+        String,
+        Option<String>,
+    );
     let rows: Vec<Row> = rows_from_json(text, "bundle questions")?;
     questions_from_rows(
         rows.into_iter()
             .map(
-                |(pending_id, position, question_id, title, prompt, options)| QuestionRow {
+                |(pending_id, position, question_id, title, prompt, options, form)| QuestionRow {
                     pending_id,
                     position,
                     question_id,
                     title,
                     prompt,
                     options,
+                    form,
                 },
             )
             .collect(),

@@ -124,6 +124,20 @@ impl Worker {
                     .map(|_| ())
             }
             AgentEvent::Permission(ask) => self.permission(ask).await,
+            AgentEvent::Elicitation(ask) => {
+                // What the agent said before is its own message; the question is asked by the
+                // elicitation service (which waits for this worker's earlier output, so not here).
+                self.stream.break_here();
+                let elicitation = crate::server::runtime::Elicitation {
+                    session_id: self.session_id.clone(),
+                    ask,
+                };
+                if let Err(e) = self.state.runtime.elicitations.try_send(elicitation) {
+                    tracing::warn!(session_id = %self.session_id, "elicitation queue full; the agent is told cancel");
+                    drop(e);
+                }
+                Ok(())
+            }
             AgentEvent::PromptDone(result) => {
                 self.finish_turn(result).await;
                 Ok(())

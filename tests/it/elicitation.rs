@@ -1,0 +1,280 @@
+//! Questions asked through ACP elicitation (spec/elicitation.md): the real mock-agent binary
+//! sends `elicitation/create` over ACP (stdio), the question is a bundle like an MCP one,
+//! answered over REST, and the agent reports what it received — on SQLite and PostgreSQL.
+
+use crate::support;
+
+use serde_json::{Value, json};
+use support::{Api, TestServer};
+
+both_http!(
+    e2_e5_a_claude_shaped_form_is_a_bundle_and_its_answer_reaches_the_agent_typed,
+    e5_a_skipped_elicitation_is_declined,
+    e4_a_value_that_breaks_the_form_is_422_and_changes_nothing,
+    e3_a_schema_that_cannot_be_shown_is_refused_and_nothing_is_written,
+    e7_a_link_is_answered_done_and_only_http_links_are_shown,
+);
+
+/// The shape Claude Code's ACP adapter sends for AskUserQuestion.
+fn claude_form() -> Value {
+    json!({
+        "message": "Two decisions before I start",
+        "requestedSchema": {
+            "type": "object",
+            "properties": {
+                "q0": {
+                    "type": "string",
+                    "title": "Database",
+                    "description": "Which database should we use?",
+                    "oneOf": [
+                        {"const": "postgresql", "title": "PostgreSQL"},
+                        {"const": "sqlite", "title": "SQLite"}
+                    ]
+                },
+                "q0_custom": {"type": "string"},
+                "q1": {
+                    "type": "array",
+                    "title": "Features",
+                    "description": "Which features first?",
+                    "minItems": 1,
+                    "items": {"anyOf": [
+                        {"const": "auth", "title": "Auth"},
+                        {"const": "search", "title": "Search"}
+                    ]}
+                }
+            },
+            "required": ["q0", "q1"]
+        }
+    })
+}
+
+/// Starts a task whose agent runs `script`; returns the server, the API, the task and its
+/// session.
+async fn started(url: &str, script: &str) -> (TestServer, Api, String, String) {
+    let server = TestServer::start(url).await;
+    let api = Api::new(&server.base);
+    let (task, session) = api.start_task(script).await;
+    (server, api, task, session)
+}
+
+/// The session's pending bundle, once its transcript row exists.
+async fn bundle(api: &Api, session: &str) -> Value {
+    let messages = api
+        .wait_for_message(session, "the elicitation's question", |m| {
+            m["kind"] == "clarification_request"
+        })
+        .await;
+    let row = messages
+        .iter()
+        .find(|m| m["kind"] == "clarification_request")
+        .unwrap();
+    let pending_id = row["pending_id"].as_str().unwrap();
+    api.get(&format!("/api/v1/clarifications/{pending_id}"))
+        .await
+        .1
+}
+
+/// What the agent said it received, once it said it.
+async fn agent_result(api: &Api, session: &str) -> String {
+    let messages = api
+        .wait_for_message(session, "the elicitation's result", |m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("Elicitation result:"))
+        })
+        .await;
+    messages
+        .iter()
+        .find_map(|m| {
+            m["content"]
+                .as_str()
+                .filter(|c| c.starts_with("Elicitation result:"))
+        })
+        .unwrap()
+        .to_string()
+}
+
+async fn e2_e5_a_claude_shaped_form_is_a_bundle_and_its_answer_reaches_the_agent_typed(
+    url: String,
+) {
+    let script = format!("e2e:elicit({})", claude_form());
+    let (server, api, task, session) = started(&url, &script).await;
+    let b = bundle(&api, &session).await;
+    // E2/E3: one bundle, active in the current turn; fields in key order; the companion is
+    // q0's "Other" box, not a question of its own.
+    assert_eq!(
+        (b["status"].as_str(), b["active"].as_bool()),
+        (Some("pending"), Some(true))
+    );
+    assert_eq!(b["context"], "Two decisions before I start");
+    let q = b["questions"].as_array().unwrap();
+    assert_eq!(q.len(), 2, "{b}");
+    assert_eq!(
+        (q[0]["id"].as_str(), q[0]["prompt"].as_str()),
+        (Some("q0"), Some("Which database should we use?"))
+    );
+    assert_eq!(q[0]["options"][1]["label"], "SQLite");
+    assert_eq!(q[0]["max_items"], 1);
+    assert_eq!(
+        (q[1]["multi_select"].as_bool(), q[1]["min_items"].as_u64()),
+        (Some(true), Some(1))
+    );
+    assert_eq!(q[1]["other"], false);
+    // E8: it counts like any question.
+    let (_, t) = api.get(&format!("/api/v1/tasks/{task}")).await;
+    assert_eq!(t["task_pending_action"], "clarification", "{t}");
+    let pending_id = b["pending_id"].as_str().unwrap();
+    let (status, r) = api
+        .respond(
+            pending_id,
+            json!({ "answers": [
+                { "question_id": "q0", "selected_options": [], "custom_text": "DuckDB" },
+                { "question_id": "q1", "selected_options": ["auth", "search"] }
+            ] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["claimed"], true);
+    // E5: exactly the answered fields, typed by the schema; "Other" in q0_custom.
+    assert_eq!(
+        agent_result(&api, &session).await,
+        r#"Elicitation result: accept {"q0_custom":"DuckDB","q1":["auth","search"]}"#
+    );
+    server.stop().await;
+}
+
+async fn e5_a_skipped_elicitation_is_declined(url: String) {
+    let script = format!("e2e:elicit({})", claude_form());
+    let (server, api, _, session) = started(&url, &script).await;
+    let b = bundle(&api, &session).await;
+    let (status, r) = api
+        .respond(
+            b["pending_id"].as_str().unwrap(),
+            json!({ "rejected": true }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(
+        agent_result(&api, &session).await,
+        "Elicitation result: decline"
+    );
+    server.stop().await;
+}
+
+async fn e4_a_value_that_breaks_the_form_is_422_and_changes_nothing(url: String) {
+    let form = json!({
+        "message": "How many workers?",
+        "requestedSchema": {
+            "type": "object",
+            "properties": { "n": { "type": "integer", "minimum": 1, "maximum": 9 } },
+            "required": ["n"]
+        }
+    });
+    let (server, api, _, session) = started(&url, &format!("e2e:elicit({form})")).await;
+    let b = bundle(&api, &session).await;
+    assert_eq!(b["questions"][0]["input"], "integer");
+    assert_eq!(b["questions"][0]["prompt"], "How many workers?");
+    let pending_id = b["pending_id"].as_str().unwrap();
+    for (bad, why) in [
+        ("42", "at most 9"),
+        ("seven", "whole number"),
+        ("2.5", "whole number"),
+    ] {
+        let (status, r) = api
+            .respond(
+                pending_id,
+                json!({ "answers": [{ "question_id": "n", "selected_options": [], "custom_text": bad }] }),
+            )
+            .await;
+        assert_eq!(status, 422, "{bad}: {r}");
+        assert_eq!(r["error"]["code"], "unprocessable", "{r}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("\"n\"") && message.contains(why),
+            "{message}"
+        );
+    }
+    // A required question left out: 422 too.
+    let (status, _) = api.respond(pending_id, json!({ "answers": [] })).await;
+    assert_eq!(status, 422);
+    // L12: nothing was written; the question is as it was and takes a good answer.
+    let after = api
+        .get(&format!("/api/v1/clarifications/{pending_id}"))
+        .await
+        .1;
+    assert_eq!(after, b);
+    let (status, r) = api
+        .respond(
+            pending_id,
+            json!({ "answers": [{ "question_id": "n", "selected_options": [], "custom_text": "7" }] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(
+        agent_result(&api, &session).await,
+        r#"Elicitation result: accept {"n":7}"#
+    );
+    server.stop().await;
+}
+
+async fn e3_a_schema_that_cannot_be_shown_is_refused_and_nothing_is_written(url: String) {
+    let form = json!({
+        "message": "Where?",
+        "requestedSchema": {
+            "type": "object",
+            "properties": { "address": { "type": "object", "properties": {} } }
+        }
+    });
+    let (server, api, _, session) = started(&url, &format!("e2e:elicit({form})")).await;
+    let result = agent_result(&api, &session).await;
+    assert!(result.starts_with("Elicitation result: error"), "{result}");
+    api.wait_turns_done(&session, 1).await;
+    let messages = api.messages(&session).await;
+    assert!(
+        !messages
+            .iter()
+            .any(|m| m["kind"] == "clarification_request"),
+        "{messages:#?}"
+    );
+    server.stop().await;
+}
+
+async fn e7_a_link_is_answered_done_and_only_http_links_are_shown(url: String) {
+    let script = "e2e:elicit-url(\"https://example.org/login?next=%2F\")\ne2e:elicit-url(\"javascript:alert(1)\")";
+    let (server, api, _, session) = started(&url, script).await;
+    let b = bundle(&api, &session).await;
+    let q = &b["questions"][0];
+    assert_eq!(
+        (q["input"].as_str(), q["link"].as_str()),
+        (Some("url"), Some("https://example.org/login?next=%2F"))
+    );
+    let (status, r) = api
+        .respond(
+            b["pending_id"].as_str().unwrap(),
+            json!({ "answers": [{ "question_id": "url", "selected_options": [] }] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let messages = api
+        .wait_for_message(&session, "the second link's refusal", |m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("Elicitation result: error"))
+        })
+        .await;
+    let results: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .filter(|c| c.starts_with("Elicitation result:"))
+        .collect();
+    assert_eq!(results[0], "Elicitation result: accept", "{results:?}");
+    assert_eq!(
+        messages
+            .iter()
+            .filter(|m| m["kind"] == "clarification_request")
+            .count(),
+        1,
+        "the javascript: link wrote no question"
+    );
+    server.stop().await;
+}
