@@ -256,6 +256,9 @@ pub struct Runtime {
     pub elicitations: mpsc::Sender<Elicitation>,
     /// The queue's other end, until boot takes it.
     pub elicitations_rx: Mutex<Option<mpsc::Receiver<Elicitation>>>,
+    /// Rounds of taking dead servers' sessions over and delivering owed resumes that the
+    /// heartbeat started and that finished (`startup::spawn_heartbeat`; several servers).
+    pub lease_rounds: tokio::sync::watch::Sender<u64>,
 }
 
 /// An agent's elicitation and the session it came from.
@@ -329,6 +332,7 @@ impl Runtime {
         Runtime {
             elicitations,
             elicitations_rx: Mutex::new(Some(elicitations_rx)),
+            lease_rounds: tokio::sync::watch::Sender::new(0),
             agents: AgentSlots::new(config.max_agents),
             agent_groups: Arc::default(),
             config,

@@ -240,12 +240,16 @@ fn ttl_micros(runtime: &RuntimeConfig) -> i64 {
 /// Records this server's heartbeat every third of `--server-ttl` until shutdown, stops the
 /// agents of sessions it may have lost (`lease`), takes over the sessions of servers that
 /// stopped beating, and delivers owed resumes of its own sessions whose wake-up never came
-/// (PostgreSQL only).
+/// (PostgreSQL only). The taking over and delivering run beside the heartbeat, one round at a
+/// time, never on its loop: a server recovering many sessions (or held up recovering one) keeps
+/// beating, so nobody takes its sessions over while it recovers them (one agent per session).
+/// Each finished round counts in `Runtime::lease_rounds`.
 fn spawn_heartbeat(state: &AppState) {
     if state.repo.backend() != Backend::Postgres {
         return;
     }
     let state = state.clone();
+    let round = Arc::new(tokio::sync::Mutex::new(()));
     tokio::spawn(async move {
         let every = state.runtime.config.server_ttl / 3;
         let mut last_beat = tokio::time::Instant::now();
@@ -284,12 +288,21 @@ fn spawn_heartbeat(state: &AppState) {
             not_alone = look(&state, now).await;
             lease::fence_lost(&state).await;
             let dead_before = now - ttl_micros(&state.runtime.config);
-            if let Err(e) = takeover::take_over_dead(&state, dead_before).await {
-                tracing::warn!(error = %e, "cannot take over a stopped server's sessions");
-            }
-            if let Err(e) = forward::deliver_owed_here(&state).await {
-                tracing::warn!(error = %e, "cannot look for owed resumes of this server's sessions");
-            }
+            // The previous round still runs: this beat starts none.
+            let Ok(running) = round.clone().try_lock_owned() else {
+                continue;
+            };
+            let state = state.clone();
+            tokio::spawn(async move {
+                let _running = running;
+                if let Err(e) = takeover::take_over_dead(&state, dead_before).await {
+                    tracing::warn!(error = %e, "cannot take over a stopped server's sessions");
+                }
+                if let Err(e) = forward::deliver_owed_here(&state).await {
+                    tracing::warn!(error = %e, "cannot look for owed resumes of this server's sessions");
+                }
+                state.runtime.lease_rounds.send_modify(|n| *n += 1);
+            });
         }
     });
 }

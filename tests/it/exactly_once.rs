@@ -531,6 +531,10 @@ async fn d14_n6_a_permission_asked_as_an_answer_becomes_owed_is_cancelled(url: S
         .await;
     let pending = api.pending_id(&session).await;
     arrived.acquire().await.unwrap().forget();
+    // The agent gave its call up before asking for the permission, but its cancel reaches the
+    // server on another channel: until the server has it, an answer would go to the call
+    // (docs/lifecycle.md L15) and nothing would be owed.
+    wait_detached(&api, &pending).await;
     let (status, body) = respond(&api, &pending, answer("sqlite")).await;
     assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
     server.state.hooks.clear(Point::PermissionAsked);

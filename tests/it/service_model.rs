@@ -1570,20 +1570,20 @@ impl Seq<'_> {
         self.lane.raw.age_heartbeat(&server_id(i), SERVER_TTL).await;
     }
 
-    /// Waits for server `i`'s next heartbeat: what its previous one began (a takeover, owed
-    /// resumes delivered) is done by then.
+    /// Waits until server `i` finished a round of taking over and delivering owed resumes
+    /// that began after this call (`Runtime::lease_rounds`): the takeover it was held in is
+    /// done by then. (The round running now may have begun before: two rounds.)
     async fn next_beat(&self, i: usize) {
-        let beat = Arc::new(tokio::sync::Notify::new());
-        let state = self.lane.server(i).state.clone();
-        let b = beat.clone();
-        state.hooks.set(Point::Beat, move |_| {
-            b.notify_one();
-            async {}
-        });
-        let beaten = tokio::time::timeout(Duration::from_secs(20), beat.notified()).await;
-        state.hooks.clear(Point::Beat);
-        if beaten.is_err() {
-            self.fail(&format!("server {i} did not beat within 20 s"));
+        let mut rounds = self.lane.server(i).state.runtime.lease_rounds.subscribe();
+        let from = *rounds.borrow_and_update();
+        let done = rounds.wait_for(|&n| n >= from + 2);
+        if tokio::time::timeout(Duration::from_secs(20), done)
+            .await
+            .is_err()
+        {
+            self.fail(&format!(
+                "server {i} finished no takeover round within 20 s"
+            ));
         }
     }
 

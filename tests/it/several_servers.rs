@@ -55,6 +55,7 @@ mod on_postgres {
         n_a_server_that_just_started_forwards_to_the_sessions_server,
         n6_a_permission_answered_on_another_server_reaches_the_waiting_agent,
         n_a_server_whose_session_was_taken_over_stops_its_agent,
+        n_a_server_taking_a_session_over_keeps_beating,
         n_a_server_cut_off_from_the_database_stops_its_agents,
         n_a_lone_server_cut_off_from_the_database_keeps_its_agents,
         p10_a_lone_server_sends_no_events_until_another_says_hello,
@@ -1106,6 +1107,32 @@ async fn n_a_paused_server_starts_no_agent_work_for_a_session_taken_over(url: St
         "I4"
     );
     assert_eq!(b.state.runtime.owned.keys(), vec![session.clone()]);
+    b.stop().await;
+    a.stop().await;
+}
+
+/// One agent per session: a server that is taking sessions over (here held right after the
+/// owner row names it, as a slow recovery of many sessions would hold it) still records its
+/// heartbeat. Were the takeover done on the heartbeat's own loop, B would look dead after one
+/// TTL and a third server would take B's sessions over while B recovers them.
+async fn n_a_server_taking_a_session_over_keeps_beating(url: String) {
+    use turnstile::server::hooks::Point;
+    let (a, _session) = session_running_on(&url, 600).await;
+    let (_beating, _beat) = pause_at(&a, Point::Beat);
+    let b = server_with_ttl(&url, "b", 600).await;
+    let (taking, take) = pause_at(&b, Point::TakingOver);
+    taking.acquire().await.unwrap().forget();
+    let held_at = b.state.clock.now();
+    let repo = b.state.repo.clone();
+    support::until("B to beat while its takeover is held", async || {
+        repo.other_live_servers("", held_at)
+            .await
+            .unwrap()
+            .contains(&"b".to_string())
+    })
+    .await;
+    b.state.hooks.clear(Point::TakingOver);
+    take.add_permits(1);
     b.stop().await;
     a.stop().await;
 }
