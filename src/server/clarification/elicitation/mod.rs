@@ -1,0 +1,89 @@
+//! ACP elicitation as a question source (spec/elicitation.md, decision 0043): the agents'
+//! `elicitation/create` requests, queued by the session workers, become bundles that wait in
+//! `asking::ask_and_wait` like every question; `schema` converts them and their outcomes.
+
+pub mod schema;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::asking::{AskOutcome, ask_and_wait};
+use crate::server::runtime::Elicitation;
+use crate::server::state::AppState;
+use schema::{Elicited, cancelled, form_ask, result, url_ask};
+
+/// Asks the agents' elicitations (E2) until shutdown, each in a task of its own as the MCP
+/// tool's calls are: one that waits for its answer blocks no other.
+pub fn serve(state: AppState, mut queue: mpsc::Receiver<Elicitation>) {
+    tokio::spawn(async move {
+        loop {
+            let next = tokio::select! {
+                _ = state.shutdown.cancelled() => return,
+                next = queue.recv() => match next { Some(e) => e, None => return },
+            };
+            let state = state.clone();
+            tokio::spawn(async move { ask(&state, next).await });
+        }
+    });
+}
+
+/// E2: the elicitation becomes a bundle of the session's current turn, written before
+/// anything waits, and waits like any question (L6–L19); its outcome goes back to the agent
+/// (E5). A request that cannot be shown is refused (`-32602`) with nothing written.
+async fn ask(state: &AppState, elicitation: Elicitation) {
+    let Elicitation { session_id, ask } = elicitation;
+    let session = match state.repo.get_session(&session_id).await {
+        Ok(Some(session)) => session,
+        Ok(None) => return, // the reply is dropped: the agent is told `cancel`
+        Err(e) => {
+            tracing::warn!(session_id, error = %e, "cannot read the session of an elicitation");
+            return;
+        }
+    };
+    let theirs = ask.request.get("sessionId").and_then(Value::as_str);
+    if let (Some(theirs), Some(ours)) = (theirs, session.acp_session_id.as_deref())
+        && theirs != ours
+    {
+        let _ = ask.reply.send(Err(format!(
+            "session {theirs:?} is not one this client runs"
+        )));
+        return;
+    }
+    let elicited = match shape(&ask.request) {
+        Ok(elicited) => elicited,
+        Err(why) => {
+            tracing::info!(
+                session_id,
+                why,
+                "an elicitation the overlay cannot show was refused"
+            );
+            let _ = ask.reply.send(Err(why));
+            return;
+        }
+    };
+    let stop = state.shutdown.child_token();
+    let outcome = ask_and_wait(state, &session, elicited.ask, stop, |_| async {}).await;
+    let reply = match outcome {
+        AskOutcome::Answered(response) => result(&elicited.fields, &response),
+        // E5: detached, superseded, ended or failed: the agent goes on without an answer; a
+        // detached bundle stays answerable and its answer comes as a resume (E6, L17).
+        AskOutcome::Detached(_) | AskOutcome::Ended(_) | AskOutcome::Failed(_) => cancelled(),
+    };
+    let _ = ask.reply.send(Ok(reply));
+}
+
+/// The questions of an `elicitation/create` request, by its mode.
+fn shape(request: &Value) -> Result<Elicited, String> {
+    let message = request.get("message").and_then(Value::as_str).unwrap_or("");
+    match request.get("mode").and_then(Value::as_str) {
+        Some("form") => form_ask(
+            message,
+            request.get("requestedSchema").unwrap_or(&Value::Null),
+        ),
+        Some("url") => url_ask(
+            message,
+            request.get("url").and_then(Value::as_str).unwrap_or(""),
+        ),
+        other => Err(format!("elicitation mode {other:?} is not supported")),
+    }
+}
