@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_client_protocol::Client;
 use agent_client_protocol::v1::{
     self,
     schema::{
@@ -14,6 +13,7 @@ use agent_client_protocol::v1::{
         ToolKind,
     },
 };
+use agent_client_protocol::{Client, UntypedMessage};
 use rmcp::model::CallToolRequestParams;
 
 use super::MockState;
@@ -192,6 +192,7 @@ pub(super) async fn run_prompt(
                 message,
                 schema,
                 url,
+                cancel,
             } => {
                 // What the agent said before is on the wire before the question leaves.
                 st.written.flushed().await;
@@ -205,20 +206,34 @@ pub(super) async fn run_prompt(
                         "elicitationId": format!("el-{}", sid.0), "url": url.unwrap_or_default(),
                     }),
                 };
-                let outcome = match serde_json::from_value::<CreateElicitationRequest>(request) {
-                    Ok(request) => match conn.send_request(request).block_task().await {
-                        Ok(response) => {
-                            let v = serde_json::to_value(&response).unwrap_or_default();
-                            let action = v["action"].as_str().unwrap_or("?").to_string();
-                            match v.get("content") {
-                                Some(content) => format!("{action} {content}"),
-                                None => action,
+                // Checked as the typed request, sent as written: the typed one sorts the
+                // schema's fields by name, and a real agent sends them in its own order (E3).
+                let outcome =
+                    match serde_json::from_value::<CreateElicitationRequest>(request.clone())
+                        .map_err(|e| e.to_string())
+                        .and_then(|_| {
+                            UntypedMessage::new("elicitation/create", &request)
+                                .map_err(|e| e.to_string())
+                        }) {
+                        Ok(request) => {
+                            let sent = conn.send_request(request);
+                            if cancel {
+                                // E5: the agent gives its question up at once.
+                                let _ = sent.cancel();
+                            }
+                            match sent.block_task().await {
+                                Ok(v) => {
+                                    let action = v["action"].as_str().unwrap_or("?").to_string();
+                                    match v.get("content") {
+                                        Some(content) => format!("{action} {content}"),
+                                        None => action,
+                                    }
+                                }
+                                Err(e) => format!("error {e}"),
                             }
                         }
-                        Err(e) => format!("error {e}"),
-                    },
-                    Err(e) => format!("error the script's request is no elicitation: {e}"),
-                };
+                        Err(e) => format!("error the script's request is no elicitation: {e}"),
+                    };
                 say(format!("Elicitation result: {outcome}"));
             }
         }

@@ -27,11 +27,13 @@ pub enum Step {
         text: String,
     },
     /// E9: `elicitation/create` in form mode (`{message, requestedSchema}`) or, with `url`,
-    /// URL mode; the agent says "Elicitation result: <action> <content JSON>".
+    /// URL mode; the agent says "Elicitation result: <action> <content JSON>". With
+    /// `cancel`, the agent cancels its request (`$/cancel_request`) as soon as it is sent (E5).
     Elicit {
         message: String,
         schema: Option<Value>,
         url: Option<String>,
+        cancel: bool,
     },
 }
 
@@ -195,13 +197,14 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
                     end_turn_on_timeout: false,
                 }
             }
-            "e2e:elicit" => {
+            "e2e:elicit" | "e2e:elicit-cancelled" => {
                 let v: Value = serde_json::from_str(args)
                     .map_err(|e| format!("line {n}: elicit needs JSON: {e}"))?;
                 Step::Elicit {
                     message: v["message"].as_str().unwrap_or("").to_string(),
                     schema: Some(v["requestedSchema"].clone()),
                     url: None,
+                    cancel: name == "e2e:elicit-cancelled",
                 }
             }
             "e2e:elicit-url" => Step::Elicit {
@@ -211,6 +214,7 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
                     serde_json::from_str::<String>(args.trim())
                         .map_err(|e| format!("line {n}: elicit-url needs a JSON string: {e}"))?,
                 ),
+                cancel: false,
             },
             other => return Err(format!("line {n}: unknown script command {other:?}")),
         };

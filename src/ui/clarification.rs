@@ -10,7 +10,8 @@ use leptos::either::EitherOf3;
 use leptos::prelude::*;
 
 use crate::api::transcript::{Answered, answer_question};
-use crate::client::store::IdMap;
+use crate::client::answer_draft::{Draft, link_host};
+use crate::model::form::InputKind;
 use crate::model::limits::ANSWER_CHARS;
 use crate::model::{Answer, Bundle, Question, Response};
 
@@ -23,34 +24,6 @@ enum Outcome {
     Gone,
     /// Someone else answered first.
     Lost(String),
-}
-
-/// The answers the overlay holds, per question id.
-#[derive(Clone, Debug, Default, PartialEq)]
-struct Draft {
-    chosen: IdMap<String>,
-    text: IdMap<String>,
-}
-
-impl Draft {
-    fn answered(&self, q: &Question) -> bool {
-        self.chosen.contains(&q.id) || self.text.get(&q.id).is_some_and(|t| !t.trim().is_empty())
-    }
-
-    fn answers(&self, questions: &[Question]) -> Vec<Answer> {
-        questions
-            .iter()
-            .map(|q| Answer {
-                question_id: q.id.clone(),
-                selected_options: self.chosen.get(&q.id).cloned().into_iter().collect(),
-                custom_text: self
-                    .text
-                    .get(&q.id)
-                    .filter(|t| !t.trim().is_empty())
-                    .cloned(),
-            })
-            .collect()
-    }
 }
 
 impl Outcome {
@@ -92,7 +65,7 @@ pub fn overlay_chunk(bundle: Bundle) -> AnyView {
 fn overlay(bundle: Bundle) -> impl IntoView {
     let collapsed = RwSignal::new(false);
     let step = RwSignal::new(0usize);
-    let draft = RwSignal::new(Draft::default());
+    let draft = RwSignal::new(Draft::new(&bundle.questions));
     let outcome = RwSignal::new(None::<Outcome>);
     let error = RwSignal::new(None::<String>);
     let questions = StoredValue::new(bundle.questions.clone());
@@ -124,22 +97,19 @@ fn overlay(bundle: Bundle) -> impl IntoView {
             outcome.try_set(Some(done));
         });
     };
-    let all_answered =
-        move || draft.with(|d| questions.with_value(|qs| qs.iter().all(|q| d.answered(q))));
+    let complete = move || draft.with(|d| questions.with_value(|qs| d.complete(qs)));
     let submit = move || {
-        if all_answered() {
+        if complete() {
             send(
                 draft.with_untracked(|d| questions.with_value(|qs| d.answers(qs))),
                 false,
             );
         }
     };
-    let pick = move |qid: String, oid: String| {
-        draft.update(|d| {
-            d.chosen.insert(qid, oid);
-        });
-        // One question: a click is the answer.
-        if count == 1 {
+    let pick = move |q: &Question, oid: String| {
+        draft.update(|d| d.pick(q, &oid));
+        // One question with one choice: a click is the answer.
+        if count == 1 && !Draft::multiple(q) {
             submit();
         }
     };
@@ -159,12 +129,12 @@ fn overlay(bundle: Bundle) -> impl IntoView {
             }
             if let Some(n) = e.key().parse::<usize>().ok().filter(|n| *n >= 1) {
                 let picked = questions.with_value(|qs| {
-                    qs.get(step.get_untracked())
-                        .and_then(|q| q.options.get(n - 1).map(|o| (q.id.clone(), o.id.clone())))
+                    let q = qs.get(step.get_untracked())?;
+                    Some((q.clone(), q.options.get(n - 1)?.id.clone()))
                 });
-                if let Some((qid, oid)) = picked {
+                if let Some((q, oid)) = picked {
                     e.prevent_default();
-                    pick(qid, oid);
+                    pick(&q, oid);
                 }
             }
         });
@@ -174,14 +144,21 @@ fn overlay(bundle: Bundle) -> impl IntoView {
         let i = step.get().min(count.saturating_sub(1));
         let q = questions.with_value(|qs| qs[i].clone());
         let last = i + 1 == count;
-        let qid = q.id.clone();
-        let text_value = {
-            let qid = qid.clone();
-            move || draft.with(|d| d.text.get(&qid).cloned().unwrap_or_default())
+        let link = q.form.input == Some(InputKind::Url);
+        // Enter in a text field answers the last question or moves on to the next.
+        let enter = move |e: leptos::ev::KeyboardEvent| {
+            if e.key() == "Enter" && !e.shift_key() {
+                e.prevent_default();
+                if last {
+                    submit();
+                } else {
+                    step.update(|s| *s += 1);
+                }
+            }
         };
-        let chars = {
-            let text_value = text_value.clone();
-            move || text_value().chars().count()
+        let problem = {
+            let q = q.clone();
+            move || draft.with(|d| d.problem(&q))
         };
         view! {
             <fieldset class="question">
@@ -189,65 +166,14 @@ fn overlay(bundle: Bundle) -> impl IntoView {
                     {(count > 1).then(|| view! { <span class="muted">{format!("Question {} of {count} · ", i + 1)}</span> })}
                     {q.title.clone().map(|t| view! { <strong>{t} " "</strong> })}
                     {q.prompt.clone()}
+                    {(!q.form.required).then(|| view! { <span class="muted">" (optional)"</span> })}
                 </legend>
-                <div class="options">
-                    {q.options
-                        .iter()
-                        .enumerate()
-                        .map(|(n, o)| {
-                            let (qid, oid) = (qid.clone(), o.id.clone());
-                            let selected = {
-                                let (qid, oid) = (qid.clone(), oid.clone());
-                                move || draft.with(|d| d.chosen.get(&qid) == Some(&oid))
-                            };
-                            view! {
-                                <button
-                                    class="option"
-                                    class:selected=selected.clone()
-                                    aria-pressed=move || selected().to_string()
-                                    data-testid=format!("clarification-option-{}", o.id)
-                                    disabled=move || sending.get()
-                                    on:click=move |_| pick(qid.clone(), oid.clone())
-                                >
-                                    <span class="option-label"><kbd>{n + 1}</kbd> " " {o.label.clone()}</span>
-                                    {(!o.description.is_empty()).then(|| view! { <span class="option-description">{o.description.clone()}</span> })}
-                                </button>
-                            }
-                        })
-                        .collect_view()}
-                </div>
-                <label class="custom-label">
-                    <span class="visually-hidden">"Your own answer"</span>
-                    <textarea
-                        class="custom"
-                        data-testid="clarification-custom-input"
-                        aria-label="Your own answer"
-                        placeholder="Or write your own answer (Enter sends, Shift+Enter for a new line)"
-                        maxlength=ANSWER_CHARS
-                        rows="2"
-                        prop:value=text_value.clone()
-                        on:input={
-                            let qid = qid.clone();
-                            move |e| {
-                                let v = event_target_value(&e);
-                                draft.update(|d| {
-                                    d.text.insert(qid.clone(), v);
-                                });
-                            }
-                        }
-                        on:keydown=move |e| {
-                            if e.key() == "Enter" && !e.shift_key() {
-                                e.prevent_default();
-                                if last {
-                                    submit();
-                                } else {
-                                    step.update(|s| *s += 1);
-                                }
-                            }
-                        }
-                    ></textarea>
-                    <span class="counter muted" aria-live="polite">{move || format!("{} / {ANSWER_CHARS}", chars())}</span>
-                </label>
+                {choices(&q, draft, sending, pick)}
+                {value_input(&q, draft, enter)}
+                {q.form.link.clone().map(link_view)}
+                {move || problem().map(|p| view! {
+                    <p class="field-error" role="alert" data-testid="clarification-input-error">{p}</p>
+                })}
                 <div class="actions">
                     {(count > 1).then(|| view! {
                         <button class="secondary" data-testid="clarification-back" disabled=move || step.get() == 0 on:click=move |_| step.update(|s| *s = s.saturating_sub(1))>"Back"</button>
@@ -256,7 +182,9 @@ fn overlay(bundle: Bundle) -> impl IntoView {
                         <button class="secondary" data-testid="clarification-next" on:click=move |_| step.update(|s| *s += 1)>"Next"</button>
                     })}
                     {(count == 1 || last).then(|| view! {
-                        <button data-testid="clarification-submit" disabled=move || !all_answered() || sending.get() on:click=move |_| submit()>"Submit"</button>
+                        <button data-testid="clarification-submit" disabled=move || !complete() || sending.get() on:click=move |_| submit()>
+                            {if link && count == 1 { "Done" } else { "Submit" }}
+                        </button>
                     })}
                     <button class="secondary" data-testid="clarification-skip" disabled=move || sending.get() on:click=move |_| send(vec![], true)>"Skip"</button>
                 </div>
@@ -295,6 +223,173 @@ fn overlay(bundle: Bundle) -> impl IntoView {
     }
 }
 
+/// The options of a choice question: buttons for one pick, checkboxes for several (E8).
+fn choices<P>(
+    q: &Question,
+    draft: RwSignal<Draft>,
+    sending: RwSignal<bool>,
+    pick: P,
+) -> Option<impl IntoView + use<P>>
+where
+    P: Fn(&Question, String) + Copy + Send + Sync + 'static,
+{
+    if q.form.input.is_some() {
+        return None;
+    }
+    let multiple = Draft::multiple(q);
+    let q = StoredValue::new(q.clone());
+    let options = q.with_value(|q| q.options.clone());
+    Some(view! {
+        <div class="options" role=multiple.then_some("group")>
+            {options
+                .into_iter()
+                .enumerate()
+                .map(|(n, o)| {
+                    let oid = StoredValue::new(o.id.clone());
+                    let chosen = move || {
+                        draft.with(|d| q.with_value(|q| oid.with_value(|oid| d.is_chosen(&q.id, oid))))
+                    };
+                    let click = move || q.with_value(|q| pick(q, oid.get_value()));
+                    let label = view! {
+                        <span class="option-label"><kbd>{n + 1}</kbd> " " {o.label.clone()}</span>
+                        {(!o.description.is_empty()).then(|| view! { <span class="option-description">{o.description.clone()}</span> })}
+                    };
+                    if multiple {
+                        leptos::either::Either::Left(view! {
+                            <label class="option checkbox" class:selected=chosen>
+                                <input
+                                    type="checkbox"
+                                    data-testid=format!("clarification-option-{}", o.id)
+                                    prop:checked=chosen
+                                    disabled=move || sending.get()
+                                    on:change=move |_| click()
+                                />
+                                <span class="option-text">{label}</span>
+                            </label>
+                        })
+                    } else {
+                        leptos::either::Either::Right(view! {
+                            <button
+                                class="option"
+                                class:selected=chosen
+                                aria-pressed=move || chosen().to_string()
+                                data-testid=format!("clarification-option-{}", o.id)
+                                disabled=move || sending.get()
+                                on:click=move |_| click()
+                            >
+                                {label}
+                            </button>
+                        })
+                    }
+                })
+                .collect_view()}
+        </div>
+    })
+}
+
+/// The value a question takes in place of (or beside) its options: "Other" text, a typed
+/// text, a whole number or a number (E8). A link question has none.
+fn value_input<E>(q: &Question, draft: RwSignal<Draft>, enter: E) -> impl IntoView + use<E>
+where
+    E: Fn(leptos::ev::KeyboardEvent) + Copy + Send + Sync + 'static,
+{
+    let qid = StoredValue::new(q.id.clone());
+    let value = move || draft.with(|d| qid.with_value(|id| d.text(id)));
+    let input = move |e: leptos::ev::Event| {
+        let v = event_target_value(&e);
+        draft.update(|d| qid.with_value(|id| d.set_text(id, v)));
+    };
+    let form = &q.form;
+    match form.input {
+        None if !form.other => None,
+        None | Some(InputKind::Text) => {
+            let other = form.input.is_none();
+            let max = form
+                .max_length
+                .map_or(ANSWER_CHARS, |m| (m as usize).min(ANSWER_CHARS));
+            let (testid, label, hint) = if other {
+                (
+                    "clarification-custom-input",
+                    "Your own answer",
+                    "Or write your own answer (Enter sends, Shift+Enter for a new line)",
+                )
+            } else {
+                (
+                    "clarification-input",
+                    "Your answer",
+                    "Your answer (Enter sends, Shift+Enter for a new line)",
+                )
+            };
+            Some(leptos::either::Either::Left(view! {
+                <label class="custom-label">
+                    <span class="visually-hidden">{label}</span>
+                    <textarea
+                        class="custom"
+                        data-testid=testid
+                        aria-label=label
+                        placeholder=hint
+                        maxlength=max
+                        rows="2"
+                        prop:value=value
+                        on:input=input
+                        on:keydown=enter
+                    ></textarea>
+                    <span class="counter muted" aria-live="polite">{move || format!("{} / {max}", value().chars().count())}</span>
+                </label>
+            }))
+        }
+        Some(InputKind::Integer | InputKind::Number) => {
+            let step = if form.input == Some(InputKind::Integer) {
+                "1"
+            } else {
+                "any"
+            };
+            let bounds = match (form.minimum, form.maximum) {
+                (Some(a), Some(b)) => format!("From {a} to {b}"),
+                (Some(a), None) => format!("At least {a}"),
+                (None, Some(b)) => format!("At most {b}"),
+                (None, None) => String::new(),
+            };
+            Some(leptos::either::Either::Right(view! {
+                <label class="custom-label">
+                    <span class="visually-hidden">"Your answer"</span>
+                    <input
+                        class="custom"
+                        type="number"
+                        data-testid="clarification-input"
+                        aria-label="Your answer"
+                        step=step
+                        min=form.minimum
+                        max=form.maximum
+                        prop:value=value
+                        on:input=input
+                        on:keydown=enter
+                    />
+                    {(!bounds.is_empty()).then(|| view! { <span class="counter muted">{bounds}</span> })}
+                </label>
+            }))
+        }
+        Some(InputKind::Url) => None,
+    }
+}
+
+/// A link the agent asks the user to open (E7): the host and the full link shown as text, and
+/// opened only by the user's click, in a new tab that cannot reach back to this page.
+fn link_view(link: String) -> impl IntoView {
+    let host = link_host(&link);
+    view! {
+        <div class="link-question" data-testid="clarification-link-block">
+            {host.clone().map(|h| view! { <p>"Opens " <strong data-testid="clarification-link-host">{h}</strong></p> })}
+            <p class="link-text"><code data-testid="clarification-link-text">{link.clone()}</code></p>
+            {host.map(|h| view! {
+                <a class="button" href=link target="_blank" rel="noopener noreferrer" data-testid="clarification-link">
+                    {format!("Open {h}")}
+                </a>
+            })}
+        </div>
+    }
+}
+
 /// Whether the user is typing in a field (number keys then type, they do not pick).
 #[cfg(feature = "hydrate")]
 fn typing() -> bool {
@@ -302,38 +397,4 @@ fn typing() -> bool {
         .active_element()
         .map(|e| matches!(e.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT"))
         .unwrap_or(false)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::QuestionOption;
-
-    fn q(id: &str) -> Question {
-        Question {
-            id: id.into(),
-            title: None,
-            prompt: "?".into(),
-            options: vec![QuestionOption {
-                id: "a".into(),
-                label: "A".into(),
-                description: String::new(),
-            }],
-            form: Default::default(),
-        }
-    }
-
-    #[test]
-    fn a_question_is_answered_by_a_choice_or_by_text() {
-        let mut d = Draft::default();
-        assert!(!d.answered(&q("x")));
-        d.text.insert("x".into(), "  ".into());
-        assert!(!d.answered(&q("x")), "blank text is no answer");
-        d.text.insert("x".into(), "mine".into());
-        assert!(d.answered(&q("x")));
-        d.chosen.insert("y".into(), "a".into());
-        let answers = d.answers(&[q("x"), q("y")]);
-        assert_eq!(answers[0].custom_text.as_deref(), Some("mine"));
-        assert_eq!(answers[1].selected_options, ["a"]);
-    }
 }

@@ -5,7 +5,7 @@
 use crate::support;
 
 use serde_json::{Value, json};
-use support::{Api, TestServer};
+use support::{Api, BinaryServer, TestServer};
 
 both_http!(
     e2_e5_a_claude_shaped_form_is_a_bundle_and_its_answer_reaches_the_agent_typed,
@@ -13,6 +13,9 @@ both_http!(
     e4_a_value_that_breaks_the_form_is_422_and_changes_nothing,
     e3_a_schema_that_cannot_be_shown_is_refused_and_nothing_is_written,
     e7_a_link_is_answered_done_and_only_http_links_are_shown,
+    e5_an_elicitation_the_agent_withdraws_is_detached_and_its_answer_resumes_it_once,
+    e6_a_detached_elicitation_answered_after_a_restart_resumes_the_agent_once,
+    e3_questions_keep_the_order_of_the_schema,
 );
 
 /// The shape Claude Code's ACP adapter sends for AskUserQuestion.
@@ -276,5 +279,153 @@ async fn e7_a_link_is_answered_done_and_only_http_links_are_shown(url: String) {
         1,
         "the javascript: link wrote no question"
     );
+    server.stop().await;
+}
+
+/// The resume prompts (L17) the agent received, as it reported them.
+async fn resumes(api: &Api, session: &str) -> Vec<String> {
+    api.agent_lines(session)
+        .await
+        .into_iter()
+        .filter(|l| l.starts_with("Thanks, continuing with your answer:"))
+        .collect()
+}
+
+/// The answer both resume tests give to [`claude_form`].
+fn sqlite_and_auth() -> Value {
+    json!({ "answers": [
+        { "question_id": "q0", "selected_options": ["sqlite"] },
+        { "question_id": "q1", "selected_options": ["auth"] }
+    ] })
+}
+
+async fn e5_an_elicitation_the_agent_withdraws_is_detached_and_its_answer_resumes_it_once(
+    url: String,
+) {
+    // The agent withdraws its question and then asks a permission, which holds its turn open
+    // until this test answers it: the question is written in a current turn whatever the
+    // order of the two (a turn that ended first would rightly refuse the question, L6).
+    let script = format!("e2e:elicit-cancelled({})\ne2e:permission()", claude_form());
+    let (server, api, task, session) = started(&url, &script).await;
+    // The agent's `$/cancel_request` is answered with the JSON-RPC cancellation error.
+    let result = agent_result(&api, &session).await;
+    assert!(
+        result.starts_with("Elicitation result: error") && result.to_lowercase().contains("cancel"),
+        "{result}"
+    );
+    let pending_id = bundle(&api, &session).await["pending_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // L9: detached, not gone: still the session's question and answerable (E6).
+    let b = api
+        .wait_for(
+            &format!("/api/v1/clarifications/{pending_id}"),
+            "the withdrawn question to be detached",
+            |b| b["detached"] == true,
+        )
+        .await;
+    assert_eq!(
+        (b["status"].as_str(), b["active"].as_bool()),
+        (Some("pending"), Some(true)),
+        "{b}"
+    );
+    let permission = api.pending_id_of_kind(&session, "permission_request").await;
+    let (status, r) = api
+        .post(
+            &format!("/api/v1/permissions/{permission}/respond"),
+            json!({ "option_id": "allow" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    api.wait_turns_done(&session, 1).await;
+    let (_, t) = api.get(&format!("/api/v1/tasks/{task}")).await;
+    assert_eq!(t["task_pending_action"], "clarification", "{t}");
+    let (status, r) = api.respond(&pending_id, sqlite_and_auth()).await;
+    assert_eq!(status, 200, "{r}");
+    api.wait_turns_done(&session, 2).await;
+    let resumed = resumes(&api, &session).await;
+    assert_eq!(resumed.len(), 1, "resumed exactly once: {resumed:?}");
+    assert!(
+        resumed[0].contains("Which database should we use?") && resumed[0].contains("sqlite"),
+        "the resume carries the question and the answer: {resumed:?}"
+    );
+    server.stop().await;
+}
+
+async fn e6_a_detached_elicitation_answered_after_a_restart_resumes_the_agent_once(url: String) {
+    let data = support::temp_dir("elicit-restart");
+    let mut first = BinaryServer::spawn(&url, &data, &[], &[]).await;
+    let (task, session) = first
+        .api
+        .start_task(&format!("e2e:elicit({})", claude_form()))
+        .await;
+    let b = bundle(&first.api, &session).await;
+    let pending_id = b["pending_id"].as_str().unwrap().to_string();
+    assert_eq!(b["detached"], false, "{b}");
+    first.child.kill().await.expect("kill the server");
+
+    let second = BinaryServer::spawn(&url, &data, &[], &[]).await;
+    let api = &second.api;
+    let b = api
+        .get(&format!("/api/v1/clarifications/{pending_id}"))
+        .await
+        .1;
+    assert_eq!(
+        (
+            b["detached"].as_bool(),
+            b["active"].as_bool(),
+            b["status"].as_str()
+        ),
+        (Some(true), Some(true), Some("pending")),
+        "{b}"
+    );
+    // The form survived the restart: the answer is still checked against it (E4).
+    let (status, _) = api
+        .respond(
+            &pending_id,
+            json!({ "answers": [{ "question_id": "q0", "selected_options": ["sqlite", "postgresql"] }] }),
+        )
+        .await;
+    assert_eq!(status, 422);
+    let (status, r) = api.respond(&pending_id, sqlite_and_auth()).await;
+    assert_eq!(status, 200, "{r}");
+    api.wait_turns_done(&session, 2).await;
+    let resumed = resumes(api, &session).await;
+    assert_eq!(resumed.len(), 1, "resumed exactly once: {resumed:?}");
+    assert!(
+        resumed[0].contains("Which features first?") && resumed[0].contains("auth"),
+        "{resumed:?}"
+    );
+    api.wait_for(
+        &format!("/api/v1/tasks/{task}"),
+        "the question to clear",
+        |t| t["task_pending_action"].is_null(),
+    )
+    .await;
+}
+
+async fn e3_questions_keep_the_order_of_the_schema(url: String) {
+    // Not alphabetical: the agent's order is the order the user is asked in.
+    let form = json!({
+        "message": "Setup",
+        "requestedSchema": {
+            "type": "object",
+            "properties": {
+                "workers": { "type": "integer", "description": "How many workers?" },
+                "note": { "type": "string", "description": "Anything else?" },
+                "approve": { "type": "boolean", "description": "Go ahead?" }
+            }
+        }
+    });
+    let (server, api, _, session) = started(&url, &format!("e2e:elicit({form})")).await;
+    let b = bundle(&api, &session).await;
+    let ids: Vec<&str> = b["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["workers", "note", "approve"], "{b}");
     server.stop().await;
 }

@@ -5,12 +5,12 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::{
     self,
     schema::{
-        CancelNotification, ClientCapabilities, ContentBlock, CreateElicitationRequest,
-        CreateElicitationResponse, ElicitationCapabilities, ElicitationFormCapabilities,
-        ElicitationUrlCapabilities, HttpHeader, Implementation, InitializeRequest,
-        LoadSessionRequest, McpServer, McpServerHttp, NewSessionRequest, PromptRequest,
-        RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-        SelectedPermissionOutcome, SessionId, SessionNotification, SessionUpdate,
+        CancelNotification, ClientCapabilities, ContentBlock, ElicitationCapabilities,
+        ElicitationFormCapabilities, ElicitationUrlCapabilities, HttpHeader, Implementation,
+        InitializeRequest, LoadSessionRequest, McpServer, McpServerHttp, NewSessionRequest,
+        PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
+        RequestPermissionResponse, SelectedPermissionOutcome, SessionId, SessionNotification,
+        SessionUpdate,
     },
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use super::AgentError;
+use super::elicitation_request::ElicitationCreate;
 use super::process::{self, StderrTail};
 use super::relay::{self, Mark, Relay};
 use crate::server::hooks::{Hooks, Point};
@@ -257,29 +258,36 @@ pub async fn launch(
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: CreateElicitationRequest,
-                        responder: v1::Responder<CreateElicitationResponse>,
+            async move |req: ElicitationCreate,
+                        responder: v1::Responder<serde_json::Value>,
                         cx: v1::ConnectionTo<Agent>| {
                 let (reply, answer) = oneshot::channel();
-                let request = serde_json::to_value(&req).unwrap_or_default();
+                let request = req.0;
                 let _ = elicitations
                     .send(AgentEvent::Elicitation(ElicitationAsk { request, reply }))
                     .await;
+                let withdrawn = responder.cancellation();
                 // Waiting happens outside the dispatch loop, which must keep running.
                 cx.spawn(async move {
-                    let sent = match answer.await {
-                        Ok(Ok(outcome)) => match serde_json::from_value(outcome) {
-                            Ok(response) => responder.respond(response),
-                            Err(e) => responder.respond_with_internal_error(e),
-                        },
+                    // E5: the agent withdrew its request (`$/cancel_request`). Dropping `answer`
+                    // tells the asking side, which detaches the question (L9); the agent gets
+                    // the JSON-RPC "request cancelled" error.
+                    let answer = tokio::select! {
+                        answer = answer => answer,
+                        _ = withdrawn.cancelled() => {
+                            if let Err(e) = responder.respond_with_error(agent_client_protocol::Error::request_cancelled()) {
+                                tracing::warn!(error = ?e, "elicitation reply failed");
+                            }
+                            return Ok(());
+                        }
+                    };
+                    let sent = match answer {
+                        Ok(Ok(outcome)) => responder.respond(outcome),
                         Ok(Err(why)) => responder.respond_with_error(
                             agent_client_protocol::Error::invalid_params().data(json!(why)),
                         ),
                         // E5: the wait ended without an answer.
-                        Err(_) => match serde_json::from_value(json!({ "action": "cancel" })) {
-                            Ok(cancel) => responder.respond(cancel),
-                            Err(e) => responder.respond_with_internal_error(e),
-                        },
+                        Err(_) => responder.respond(json!({ "action": "cancel" })),
                     };
                     if let Err(e) = sent {
                         tracing::warn!(error = ?e, "elicitation reply failed");

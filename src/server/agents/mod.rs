@@ -3,6 +3,7 @@
 //! [`AgentEvent`]s on a channel the session worker owns (docs/decisions/0006-agents.md).
 
 mod acp_client;
+mod elicitation_request;
 pub mod process;
 mod relay;
 

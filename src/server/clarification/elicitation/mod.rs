@@ -62,14 +62,24 @@ async fn ask(state: &AppState, elicitation: Elicitation) {
         }
     };
     let stop = state.shutdown.child_token();
-    let outcome = ask_and_wait(state, &session, elicited.ask, stop, |_| async {}).await;
-    let reply = match outcome {
+    let mut reply = ask.reply;
+    let wait = ask_and_wait(state, &session, elicited.ask, stop.clone(), |_| async {});
+    tokio::pin!(wait);
+    // E5: the agent withdrew its request or is gone (the other end of `reply` dropped): the
+    // wait stops as a cancelled tool call's does and the question is detached (L9).
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut wait => break outcome,
+            _ = reply.closed(), if !stop.is_cancelled() => stop.cancel(),
+        }
+    };
+    let answer = match outcome {
         AskOutcome::Answered(response) => result(&elicited.fields, &response),
         // E5: detached, superseded, ended or failed: the agent goes on without an answer; a
         // detached bundle stays answerable and its answer comes as a resume (E6, L17).
         AskOutcome::Detached(_) | AskOutcome::Ended(_) | AskOutcome::Failed(_) => cancelled(),
     };
-    let _ = ask.reply.send(Ok(reply));
+    let _ = reply.send(Ok(answer));
 }
 
 /// The questions of an `elicitation/create` request, by its mode.
