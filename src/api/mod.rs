@@ -110,6 +110,11 @@ pub fn rest_routes(
             "/agent-profiles/{id}",
             axum::routing::patch(workflows::update_agent_profile),
         )
+        .route("/agent-presets", get(workflows::list_agent_presets))
+        .route(
+            "/agent-profiles/{id}/check",
+            post(workflows::check_agent_profile),
+        )
         .fallback(rest::not_found)
         .layer(DefaultBodyLimit::max(rest::MAX_BODY_BYTES));
     axum::Router::new()

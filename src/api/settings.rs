@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 
-use crate::model::{AgentProfile, AppError};
+use crate::model::{AgentPreset, AgentProfile, AppError, CheckReport};
 
 #[server(prefix = "/api/fn", endpoint = "list_agent_profiles")]
 pub async fn list_agent_profiles() -> Result<Vec<AgentProfile>, AppError> {
@@ -31,6 +31,7 @@ pub async fn save_agent_profile(
                 command: Some(command),
                 args: Some(args),
                 env,
+                elicitation: None,
             };
             profiles::update(&state, &id, edit).await
         }
@@ -40,8 +41,23 @@ pub async fn save_agent_profile(
                 command,
                 args,
                 env: env.into_iter().filter_map(|(k, v)| Some((k, v?))).collect(),
+                elicitation: true,
             };
             profiles::create(&state, input).await
         }
     }
+}
+
+/// A1: the known agents as found on the server, to fill a new profile from.
+#[server(prefix = "/api/fn", endpoint = "list_agent_presets")]
+pub async fn list_agent_presets() -> Result<Vec<AgentPreset>, AppError> {
+    Ok(crate::server::orchestrator::profiles::presets(
+        &super::state()?,
+    ))
+}
+
+/// A2: starts the profile's agent, asks `initialize`, stops it.
+#[server(prefix = "/api/fn", endpoint = "check_agent_profile")]
+pub async fn check_agent_profile(id: String) -> Result<CheckReport, AppError> {
+    crate::server::orchestrator::profiles::check(&super::state()?, &id).await
 }

@@ -51,7 +51,13 @@ pub async fn archive_task(task_id: String, archived: bool) -> Result<Task, AppEr
 /// always sends its fields, so an empty prompt field means "no prompt"; everything else is the
 /// REST endpoint's validation (one service).
 #[server(prefix = "/api/fn", endpoint = "create_task")]
-pub async fn create_task(title: String, prompt: String) -> Result<Task, AppError> {
+pub async fn create_task(
+    title: String,
+    prompt: String,
+    /// A5: the agent profile; absent or empty is the bundled mock.
+    #[server(default)]
+    agent_profile_id: Option<String>,
+) -> Result<Task, AppError> {
     use crate::server::orchestrator::tasks;
     let state = super::state()?;
     let input = tasks::CreateTask {
@@ -60,7 +66,7 @@ pub async fn create_task(title: String, prompt: String) -> Result<Task, AppError
         workflow_id: None,
         step_id: None,
         prompt: (!prompt.is_empty()).then_some(prompt),
-        agent_profile_id: None,
+        agent_profile_id: agent_profile_id.filter(|id| !id.is_empty()),
     };
     tasks::create_task(&state, input).await
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, ApiJson};
-use crate::model::{AgentProfile, Workflow};
+use crate::model::{AgentPreset, AgentProfile, CheckReport, Workflow};
 use crate::server::orchestrator::profiles::{self, CreateProfile};
 use crate::server::orchestrator::workflow::{self, CreateStep};
 use crate::server::state::AppState;
@@ -61,6 +61,9 @@ pub struct NewProfileBody {
     args: Vec<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// E1: advertise ACP elicitation (default true).
+    #[serde(default)]
+    elicitation: Option<bool>,
 }
 
 pub async fn create_agent_profile(
@@ -72,8 +75,23 @@ pub async fn create_agent_profile(
         command: body.command,
         args: body.args,
         env: body.env,
+        elicitation: body.elicitation.unwrap_or(true),
     };
     Ok(Json(profiles::create(&state, input).await?))
+}
+
+/// A1: `GET /agent-presets`.
+pub async fn list_agent_presets(State(state): State<AppState>) -> Json<Value> {
+    let presets: Vec<AgentPreset> = profiles::presets(&state);
+    Json(json!({ "agent_presets": presets }))
+}
+
+/// A2: `POST /agent-profiles/{id}/check`.
+pub async fn check_agent_profile(
+    State(state): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Json<CheckReport>, ApiError> {
+    Ok(Json(profiles::check(&state, &id).await?))
 }
 
 pub async fn update_agent_profile(

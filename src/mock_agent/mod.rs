@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex};
 use agent_client_protocol::v1::{
     self,
     schema::{
-        AgentCapabilities, CancelNotification, ContentBlock, Implementation, InitializeRequest,
-        InitializeResponse, LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer,
-        NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse, SessionId,
-        SessionNotification, SessionUpdate,
+        AgentCapabilities, AuthMethod, AuthMethodAgent, CancelNotification, ContentBlock,
+        Implementation, InitializeRequest, InitializeResponse, LoadSessionRequest,
+        LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse,
+        PromptRequest, PromptResponse, SessionId, SessionNotification, SessionUpdate,
     },
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
@@ -82,6 +82,8 @@ struct MockState {
     unanswered: Mutex<Vec<v1::Responder<PromptResponse>>>,
     /// Wakes a running `e2e:delay` when a cancel arrives (ACP: stop as soon as possible).
     cancel_signal: tokio::sync::Notify,
+    /// What `initialize` said the client can do (`e2e:client-capabilities`).
+    client_capabilities: Mutex<serde_json::Value>,
     /// Its `session/update` notifications sent and written (a tool call waits for them).
     written: Arc<written::Written>,
 }
@@ -180,19 +182,39 @@ where
     let on_load = st.clone();
     let on_prompt = st.clone();
     let on_cancel = st.clone();
+    let on_initialize = st.clone();
     Agent
         .v1()
         .name("mock-agent")
         .on_receive_request(
-            async |req: InitializeRequest,
-                   responder: v1::Responder<InitializeResponse>,
-                   _cx: v1::ConnectionTo<Client>| {
+            async move |req: InitializeRequest,
+                        responder: v1::Responder<InitializeResponse>,
+                        _cx: v1::ConnectionTo<Client>| {
+                *on_initialize.client_capabilities.lock().unwrap() =
+                    serde_json::to_value(&req.client_capabilities).unwrap_or_default();
+                // A7: switches that play an agent without a capability, or a stuck one.
+                let off = |name: &str| std::env::var_os(name).is_some();
+                if off("MOCK_AGENT_SLOW_HANDSHAKE") {
+                    std::future::pending::<()>().await;
+                }
+                // A4: an agent that needs its user to log in first.
+                let auth = if off("MOCK_AGENT_AUTH_REQUIRED") {
+                    vec![AuthMethod::Agent(
+                        AuthMethodAgent::new("mock-login", "Mock login")
+                            .description("Run `mock_agent login` in a terminal"),
+                    )]
+                } else {
+                    vec![]
+                };
                 responder.respond(
                     InitializeResponse::new(req.protocol_version)
+                        .auth_methods(auth)
                         .agent_capabilities(
                             AgentCapabilities::new()
-                                .load_session(true)
-                                .mcp_capabilities(McpCapabilities::new().http(true)),
+                                .load_session(!off("MOCK_AGENT_NO_LOAD_SESSION"))
+                                .mcp_capabilities(
+                                    McpCapabilities::new().http(!off("MOCK_AGENT_NO_HTTP_MCP")),
+                                ),
                         )
                         .agent_info(Implementation::new(
                             "turnstile-mock-agent",
@@ -206,6 +228,10 @@ where
             async move |req: NewSessionRequest,
                         responder: v1::Responder<NewSessionResponse>,
                         _cx: v1::ConnectionTo<Client>| {
+                if std::env::var_os("MOCK_AGENT_AUTH_REQUIRED").is_some() {
+                    return responder
+                        .respond_with_error(agent_client_protocol::Error::auth_required());
+                }
                 let id = {
                     let mut n = on_new.next.lock().unwrap();
                     *n += 1;

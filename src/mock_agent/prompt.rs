@@ -147,6 +147,10 @@ pub(super) async fn run_prompt(
                     Err(e) => say(format!("The question failed: {e}")),
                 }
             }
+            Step::ClientCapabilities => {
+                let caps = st.client_capabilities.lock().unwrap().clone();
+                say(format!("Client capabilities: {caps}"));
+            }
             Step::Permission => {
                 st.update(
                     &conn,

@@ -21,6 +21,8 @@ pub enum Step {
     Permission,
     /// Exit the process with this code (a crashing agent, for tests).
     Exit(i32),
+    /// Say the client capabilities `initialize` carried: "Client capabilities: <JSON>" (E1).
+    ClientCapabilities,
     /// One reply streamed as `count` chunks of `text` (a long, chatty reply).
     Stream {
         count: u32,
@@ -150,6 +152,7 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
                     .map_err(|e| format!("line {n}: delay needs milliseconds: {e}"))?,
             ),
             "e2e:permission" => Step::Permission,
+            "e2e:client-capabilities" => Step::ClientCapabilities,
             "e2e:exit" => Step::Exit(
                 args.trim()
                     .parse()

@@ -1,6 +1,7 @@
 //! Shared data transfer types (serde only): what crosses the wire between the server, the
 //! browser and API clients. Shapes follow `shared/spec/api.md`; nothing here touches a database.
 
+mod agent;
 mod envelope_parse;
 mod error;
 pub mod form;
@@ -13,6 +14,9 @@ mod task;
 mod transcript;
 mod workflow;
 
+pub use agent::{
+    AgentInfo, AgentPreset, AuthMethod, Capabilities, CheckReport, McpTransports, PromptContent,
+};
 pub use envelope_parse::{Push, session_request};
 pub use error::AppError;
 pub use notification::{Envelope, EnvelopeBody, MessageChange, Notification, PendingSnapshot};

@@ -26,4 +26,12 @@ pub struct AgentProfile {
     pub command: String,
     pub args: Vec<String>,
     pub env: Vec<String>,
+    /// E1: `false` leaves the elicitation capability out of `initialize`, for agents that
+    /// misbehave with it (their questions then come only through the MCP tool).
+    #[serde(default = "yes")]
+    pub elicitation: bool,
+}
+
+fn yes() -> bool {
+    true
 }

@@ -102,6 +102,7 @@ pub enum Point {
     TakingOver,
     /// Before a server records its heartbeat; the key is the server id.
     Beat,
+    ProfileCheck,
 }
 
 #[cfg(feature = "test-hooks")]
@@ -137,6 +138,7 @@ impl Point {
             Point::Accepted => "accepted",
             Point::TakingOver => "taking-over",
             Point::Beat => "beat",
+            Point::ProfileCheck => "checking-a-profile",
         }
     }
 }

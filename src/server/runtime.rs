@@ -259,6 +259,8 @@ pub struct Runtime {
     /// Rounds of taking dead servers' sessions over and delivering owed resumes that the
     /// heartbeat started and that finished (`startup::spawn_heartbeat`; several servers).
     pub lease_rounds: tokio::sync::watch::Sender<u64>,
+    /// Profiles whose check runs now (A2: one at a time per profile).
+    pub profile_checks: Slots<()>,
 }
 
 /// An agent's elicitation and the session it came from.
@@ -333,6 +335,7 @@ impl Runtime {
             elicitations,
             elicitations_rx: Mutex::new(Some(elicitations_rx)),
             lease_rounds: tokio::sync::watch::Sender::new(0),
+            profile_checks: Slots::default(),
             agents: AgentSlots::new(config.max_agents),
             agent_groups: Arc::default(),
             config,

@@ -57,6 +57,7 @@ pub async fn seed(repo: &dyn Repository, at: i64) -> RepoResult<()> {
                 command: "mock_agent".into(),
                 args: vec![],
                 env: BTreeMap::new(),
+                elicitation: true,
             },
             at,
         )

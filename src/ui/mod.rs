@@ -15,4 +15,5 @@ pub mod pages;
 pub mod permission;
 pub mod settings;
 pub mod sidebar;
+pub mod storage;
 pub mod task;

@@ -1,18 +1,29 @@
-//! Settings: agent profiles — list, add, edit. Environment values are write-only: the page
-//! shows variable names; a value left empty keeps what is stored, "remove" deletes it.
+//! Settings: agent profiles — list, add (blank or from a preset, A1), edit, check (A2).
+//! Environment values are write-only: the page shows variable names; a value left empty keeps
+//! what is stored, "remove" deletes it.
 
 use std::collections::BTreeMap;
 
 use leptos::prelude::*;
 
-use crate::api::settings::{list_agent_profiles, save_agent_profile};
-use crate::model::AgentProfile;
+use crate::api::settings::{
+    check_agent_profile, list_agent_presets, list_agent_profiles, save_agent_profile,
+};
+use crate::model::{AgentPreset, AgentProfile};
+
+/// What the profile form opens on: a profile to edit, or a new one (blank or from a preset).
+#[derive(Clone)]
+enum Editing {
+    Profile(AgentProfile),
+    New(Option<AgentPreset>),
+}
 
 #[component]
 pub fn Settings() -> impl IntoView {
     let version = RwSignal::new(0u64);
     let profiles = Resource::new(move || version.get(), |_| list_agent_profiles());
-    let editing = RwSignal::new(None::<Option<AgentProfile>>);
+    let presets = Resource::new(|| (), |_| list_agent_presets());
+    let editing = RwSignal::new(None::<Editing>);
     view! {
         <section class="settings" aria-label="Settings">
             <h1>"Agent profiles"</h1>
@@ -34,8 +45,9 @@ pub fn Settings() -> impl IntoView {
                                                 <code>{p.command.clone()} " " {p.args.join(" ")}</code>
                                                 <span class="muted">{if p.env.is_empty() { String::new() } else { format!("env: {}", p.env.join(", ")) }}</span>
                                                 {(!bundled).then(|| view! {
-                                                    <button class="secondary" on:click=move |_| editing.set(Some(Some(edit.clone())))>"Edit"</button>
+                                                    <button class="secondary" on:click=move |_| editing.set(Some(Editing::Profile(edit.clone())))>"Edit"</button>
                                                 })}
+                                                <Check id=p.id.clone() />
                                             </li>
                                         }
                                     })
@@ -46,9 +58,42 @@ pub fn Settings() -> impl IntoView {
                     }
                 })}
             </Suspense>
-            <button data-testid="agent-profile-add" on:click=move |_| editing.set(Some(None))>"Add a profile"</button>
-            {move || editing.get().map(|profile| view! {
-                <ProfileForm profile on_saved=move || { editing.set(None); version.update(|v| *v += 1); } />
+            <button data-testid="agent-profile-add" on:click=move |_| editing.set(Some(Editing::New(None)))>"Add a profile"</button>
+            <h2>"Add from a preset"</h2>
+            <p class="muted">"The agents Turnstile knows, as found on this server's PATH. A preset fills a profile you can edit; nothing is installed for you."</p>
+            <Suspense fallback=|| ()>
+                {move || Suspend::new(async move {
+                    presets.await.ok().map(|list| view! {
+                        <ul class="presets">
+                            {list
+                                .into_iter()
+                                .map(|p| {
+                                    let chosen = p.clone();
+                                    view! {
+                                        <li class="preset" data-testid="agent-preset" data-preset-id=p.id.clone()>
+                                            <strong>{p.name.clone()}</strong>
+                                            {if p.found {
+                                                view! { <code>{p.command.clone()} " " {p.args.join(" ")}</code> }.into_any()
+                                            } else {
+                                                view! { <span class="muted">"Not found. Install: " <code>{p.install.clone().unwrap_or_default()}</code></span> }.into_any()
+                                            }}
+                                            <button
+                                                class="secondary"
+                                                data-testid=format!("agent-preset-use-{}", p.id)
+                                                on:click=move |_| editing.set(Some(Editing::New(Some(chosen.clone()))))
+                                            >
+                                                "Add from preset"
+                                            </button>
+                                        </li>
+                                    }
+                                })
+                                .collect_view()}
+                        </ul>
+                    })
+                })}
+            </Suspense>
+            {move || editing.get().map(|editing_now| view! {
+                <ProfileForm editing=editing_now on_saved=move || { editing.set(None); version.update(|v| *v += 1); } />
             })}
             <h2>"This browser"</h2>
             <p class="muted">"Logged in with this server's access token. Logging out ends this browser's login on every server of this database."</p>
@@ -70,25 +115,42 @@ struct ProfileInput {
     env: BTreeMap<String, Option<String>>,
 }
 
+/// A2: "Check" starts the profile's agent on the server and shows what it said about itself.
 #[component]
-fn ProfileForm<F>(profile: Option<AgentProfile>, on_saved: F) -> impl IntoView
+fn Check(id: String) -> impl IntoView {
+    let id = StoredValue::new(id);
+    let check = Action::new(move |_: &()| check_agent_profile(id.get_value()));
+    view! {
+        <button class="secondary" data-testid="agent-profile-check" disabled=move || check.pending().get() on:click=move |_| { check.dispatch(()); }>
+            {move || if check.pending().get() { "Checking…" } else { "Check" }}
+        </button>
+        {move || check.value().get().map(|result| match result {
+            Ok(report) => view! {
+                <span class="check-result" class:error=!report.ok data-testid="agent-profile-check-result" role="status">{report.summary()}</span>
+                {report.stderr_tail.clone().map(|tail| view! {
+                    <details class="collapsed"><summary>"Agent output (stderr)"</summary><pre>{tail}</pre></details>
+                })}
+            }.into_any(),
+            Err(e) => view! { <span class="error" data-testid="agent-profile-check-result" role="alert">{e.to_string()}</span> }.into_any(),
+        })}
+    }
+}
+
+#[component]
+fn ProfileForm<F>(editing: Editing, on_saved: F) -> impl IntoView
 where
     F: Fn() + Copy + Send + Sync + 'static,
 {
+    // A new profile from a preset starts with the preset's name, command and arguments.
+    let (profile, start) = match editing {
+        Editing::Profile(p) => (Some(p.clone()), Some((p.name, p.command, p.args))),
+        Editing::New(preset) => (None, preset.map(|p| (p.name, p.command, p.args))),
+    };
     let id = profile.as_ref().map(|p| p.id.clone());
-    let name = RwSignal::new(profile.as_ref().map(|p| p.name.clone()).unwrap_or_default());
-    let command = RwSignal::new(
-        profile
-            .as_ref()
-            .map(|p| p.command.clone())
-            .unwrap_or_default(),
-    );
-    let args = RwSignal::new(
-        profile
-            .as_ref()
-            .map(|p| p.args.join("\n"))
-            .unwrap_or_default(),
-    );
+    let (name, command, args) = start.unwrap_or_default();
+    let name = RwSignal::new(name);
+    let command = RwSignal::new(command);
+    let args = RwSignal::new(args.join("\n"));
     let existing = profile.as_ref().map(|p| p.env.clone()).unwrap_or_default();
     // Existing names: a new value (empty keeps the stored one) and whether to remove it.
     let values = RwSignal::new(BTreeMap::<String, (String, bool)>::new());

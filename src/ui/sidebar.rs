@@ -6,18 +6,36 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
+use crate::api::settings::list_agent_profiles;
 use crate::api::tasks::{CreateTask, archive_task, list_tasks};
-use crate::model::{AppError, PendingAction, Task, TaskQuery};
+use crate::model::{AgentProfile, AppError, PendingAction, Task, TaskQuery};
 use crate::ui::drawer::Drawer;
 use crate::ui::live::Live;
 use crate::ui::nav::Navigator;
 use crate::ui::pages::{LoadMore, TaskPages};
+
+/// Where the browser keeps the agent last chosen for a new task (A5).
+const LAST_AGENT: &str = "turnstile.new-task.agent";
 
 #[component]
 pub fn Sidebar() -> impl IntoView {
     let drawer = expect_context::<Drawer>();
     let create = ServerAction::<CreateTask>::new();
     let navigate = use_navigate();
+    // A5: the agent of a new task; the one last chosen here is the default. Loaded in the
+    // browser: before hydration the form posts without it (the bundled mock).
+    let profiles = RwSignal::new(Vec::<AgentProfile>::new());
+    let chosen = RwSignal::new(String::new());
+    Effect::new(move |_| {
+        leptos::task::spawn_local(async move {
+            if let Ok(list) = list_agent_profiles().await {
+                let last = crate::ui::storage::get(LAST_AGENT)
+                    .filter(|id| list.iter().any(|p| &p.id == id));
+                profiles.try_set(list);
+                chosen.try_set(last.unwrap_or_default());
+            }
+        });
+    });
     Effect::new(move |_| {
         if let Some(Ok(task)) = create.value().get() {
             navigate(&format!("/t/{}", task.id), Default::default());
@@ -45,11 +63,31 @@ pub fn Sidebar() -> impl IntoView {
                 action={<CreateTask as leptos::server_fn::ServerFn>::url()}
                 on:submit=move |e| {
                     let field = crate::ui::form::take_submission(&e);
-                    create.dispatch(CreateTask { title: field("title"), prompt: field("prompt") });
+                    let agent = field("agent_profile_id");
+                    crate::ui::storage::set(LAST_AGENT, &agent);
+                    create.dispatch(CreateTask {
+                        title: field("title"),
+                        prompt: field("prompt"),
+                        agent_profile_id: Some(agent),
+                    });
                 }
             >
                 <input name="title" placeholder="New task title" aria-label="Task title" required maxlength=crate::model::limits::TITLE_CHARS />
                 <input name="prompt" placeholder="First prompt for the agent (optional)" aria-label="First prompt" />
+                <select name="agent_profile_id" aria-label="Agent" data-testid="new-task-agent" on:change=move |e| chosen.set(event_target_value(&e))>
+                    <option value="">"mock (bundled)"</option>
+                    {move || {
+                        profiles
+                            .get()
+                            .into_iter()
+                            .filter(|p| p.name != "mock")
+                            .map(|p| {
+                                let id = p.id.clone();
+                                view! { <option value=p.id.clone() selected=move || chosen.get() == id>{p.name.clone()}</option> }
+                            })
+                            .collect_view()
+                    }}
+                </select>
                 <button type="submit" data-testid="new-task-submit">"Create task"</button>
             </form>
             {move || create.value().get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}

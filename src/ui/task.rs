@@ -314,26 +314,9 @@ fn new_session(task_id: Memo<String>, adding: RwSignal<bool>) -> impl IntoView {
 
 /// N1 "remembered": the session last viewed for a task, kept in the browser.
 fn remembered(task_id: &str) -> Option<String> {
-    #[cfg(feature = "hydrate")]
-    {
-        let storage = window().local_storage().ok().flatten()?;
-        storage
-            .get_item(&format!("turnstile.session.{task_id}"))
-            .ok()
-            .flatten()
-    }
-    #[cfg(not(feature = "hydrate"))]
-    {
-        let _ = task_id;
-        None
-    }
+    crate::ui::storage::get(&format!("turnstile.session.{task_id}"))
 }
 
 fn remember(task_id: &str, session_id: &str) {
-    #[cfg(feature = "hydrate")]
-    if let Some(storage) = window().local_storage().ok().flatten() {
-        let _ = storage.set_item(&format!("turnstile.session.{task_id}"), session_id);
-    }
-    #[cfg(not(feature = "hydrate"))]
-    let _ = (task_id, session_id);
+    crate::ui::storage::set(&format!("turnstile.session.{task_id}"), session_id);
 }

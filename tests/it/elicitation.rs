@@ -16,6 +16,7 @@ both_http!(
     e5_an_elicitation_the_agent_withdraws_is_detached_and_its_answer_resumes_it_once,
     e6_a_detached_elicitation_answered_after_a_restart_resumes_the_agent_once,
     e3_questions_keep_the_order_of_the_schema,
+    e1_elicitation_is_advertised_unless_the_profile_turns_it_off,
 );
 
 /// The shape Claude Code's ACP adapter sends for AskUserQuestion.
@@ -427,5 +428,92 @@ async fn e3_questions_keep_the_order_of_the_schema(url: String) {
         .map(|q| q["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["workers", "note", "approve"], "{b}");
+    server.stop().await;
+}
+
+/// What the agent said `initialize` told it the client can do.
+async fn client_capabilities(api: &Api, profile: Option<&str>) -> Value {
+    let (status, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "capabilities", "prompt": "e2e:client-capabilities()", "agent_profile_id": profile }),
+        )
+        .await;
+    assert_eq!(status, 200, "{task}");
+    let session = task["primary_session_id"].as_str().unwrap();
+    let messages = api
+        .wait_for_message(session, "the agent's report", |m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("Client capabilities: "))
+        })
+        .await;
+    let said = messages
+        .iter()
+        .find_map(|m| m["content"].as_str()?.strip_prefix("Client capabilities: "))
+        .unwrap();
+    serde_json::from_str(said).unwrap()
+}
+
+async fn e1_elicitation_is_advertised_unless_the_profile_turns_it_off(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let caps = client_capabilities(&api, None).await;
+    assert_eq!(
+        (
+            caps["elicitation"]["form"].is_object(),
+            caps["elicitation"]["url"].is_object()
+        ),
+        (true, true),
+        "the default advertises form and URL elicitation: {caps}"
+    );
+    let (status, profile) = api
+        .post(
+            "/api/v1/agent-profiles",
+            json!({ "name": "no-elicitation", "command": env!("CARGO_BIN_EXE_mock_agent"), "elicitation": false }),
+        )
+        .await;
+    assert_eq!(status, 200, "{profile}");
+    assert_eq!(profile["elicitation"], false);
+    let id = profile["id"].as_str().unwrap().to_string();
+    let caps = client_capabilities(&api, Some(&id)).await;
+    assert!(caps.get("elicitation").is_none(), "left out: {caps}");
+    // A value of the wrong type is refused and changes nothing.
+    let (status, _) = api
+        .patch(
+            &format!("/api/v1/agent-profiles/{id}"),
+            json!({ "elicitation": "yes" }),
+        )
+        .await;
+    assert!(status.is_client_error(), "{status}");
+    let (_, list) = api.get("/api/v1/agent-profiles").await;
+    let stored = list["agent_profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == id.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(stored["elicitation"], false, "{stored}");
+    // Turned back on by an edit; the bundled profile says it has the capability.
+    let (status, edited) = api
+        .patch(
+            &format!("/api/v1/agent-profiles/{id}"),
+            json!({ "elicitation": true }),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), &edited["elicitation"]),
+        (200, &json!(true))
+    );
+    let mock = list["agent_profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "mock")
+        .unwrap();
+    assert_eq!(mock["elicitation"], true, "{mock}");
+    let caps = client_capabilities(&api, Some(&id)).await;
+    assert!(caps["elicitation"]["form"].is_object(), "{caps}");
     server.stop().await;
 }

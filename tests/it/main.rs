@@ -21,6 +21,7 @@ mod lifecycle_model;
 mod mcp;
 mod module_graph;
 mod pending_action_locks;
+mod profile_check;
 mod projections;
 mod repo_conformance;
 mod respond_concurrency;

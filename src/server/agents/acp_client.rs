@@ -39,6 +39,8 @@ pub struct LaunchSpec {
     pub mcp_token: String,
     /// Resume this ACP session with `session/load` when the agent supports it.
     pub load_session: Option<String>,
+    /// E1: advertise ACP elicitation (the profile's switch).
+    pub elicitation: bool,
     /// Run the bundled mock agent inside this process instead of `command` (`test-hooks`
     /// builds, decision 0042).
     #[cfg(feature = "test-hooks")]
@@ -358,6 +360,36 @@ pub async fn launch(
     }
 }
 
+/// A4: the agent refused to work until its user logs in (`auth_required`): the message names
+/// each way it offers, so the user knows what to run before they retry.
+fn needs_login(
+    e: &agent_client_protocol::Error,
+    methods: &[agent_client_protocol::v1::schema::AuthMethod],
+) -> Option<String> {
+    if e.code != agent_client_protocol::Error::auth_required().code {
+        return None;
+    }
+    let ways: Vec<String> = methods
+        .iter()
+        .filter_map(|m| serde_json::to_value(m).ok())
+        .map(|m| {
+            let name = m["name"].as_str().unwrap_or("a login").to_string();
+            match m["description"].as_str().filter(|d| !d.is_empty()) {
+                Some(d) => format!("{name}: {d}"),
+                None => name,
+            }
+        })
+        .collect();
+    Some(if ways.is_empty() {
+        "the agent needs you to log in before it can work; log in as its documentation says, then retry".into()
+    } else {
+        format!(
+            "the agent needs you to log in before it can work ({}), then retry",
+            ways.join("; ")
+        )
+    })
+}
+
 type Out = Box<dyn futures::AsyncWrite + Send + Unpin>;
 type In = Box<dyn futures::AsyncRead + Send + Unpin>;
 /// A started agent: what runs it, its stderr, and the byte streams ACP speaks over.
@@ -469,17 +501,21 @@ async fn handshake(
     let cx = conn_rx
         .await
         .map_err(|_| "agent connection ended during start-up".to_string())?;
+    // E1: questions reach the user through elicitation too (form and URL), unless the profile
+    // turned it off.
+    let capabilities = if spec.elicitation {
+        ClientCapabilities::new().elicitation(
+            ElicitationCapabilities::new()
+                .form(ElicitationFormCapabilities::new())
+                .url(ElicitationUrlCapabilities::new()),
+        )
+    } else {
+        ClientCapabilities::new()
+    };
     let init = cx
         .send_request(
             InitializeRequest::new(ProtocolVersion::V1)
-                // E1: questions reach the user through elicitation too (form and URL).
-                .client_capabilities(
-                    ClientCapabilities::new().elicitation(
-                        ElicitationCapabilities::new()
-                            .form(ElicitationFormCapabilities::new())
-                            .url(ElicitationUrlCapabilities::new()),
-                    ),
-                )
+                .client_capabilities(capabilities)
                 .client_info(Implementation::new("turnstile", env!("CARGO_PKG_VERSION"))),
         )
         .block_task()
@@ -503,14 +539,20 @@ async fn handshake(
             )
             .block_task()
             .await
-            .map_err(|e| format!("session/load failed: {e}"))?;
+            .map_err(|e| {
+                needs_login(&e, &init.auth_methods)
+                    .unwrap_or_else(|| format!("session/load failed: {e}"))
+            })?;
             id
         }
         None => {
             cx.send_request(NewSessionRequest::new(spec.cwd.clone()).mcp_servers(vec![mcp]))
                 .block_task()
                 .await
-                .map_err(|e| format!("session/new failed: {e}"))?
+                .map_err(|e| {
+                    needs_login(&e, &init.auth_methods)
+                        .unwrap_or_else(|| format!("session/new failed: {e}"))
+                })?
                 .session_id
         }
     };

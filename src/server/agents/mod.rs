@@ -3,7 +3,9 @@
 //! [`AgentEvent`]s on a channel the session worker owns (docs/decisions/0006-agents.md).
 
 mod acp_client;
+pub mod check;
 mod elicitation_request;
+pub mod presets;
 pub mod process;
 mod relay;
 

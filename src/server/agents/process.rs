@@ -260,6 +260,12 @@ impl StderrTail {
         t.push_back(line);
     }
 
+    /// The lines kept, joined; `None` when the agent wrote nothing to stderr.
+    pub fn text(&self) -> Option<String> {
+        let t = self.0.lock().expect("stderr tail lock");
+        (!t.is_empty()).then(|| t.iter().map(String::as_str).collect::<Vec<_>>().join("\n"))
+    }
+
     /// `reason`, followed by the stderr tail when there is one.
     pub fn explain(&self, reason: &str) -> String {
         let t = self.0.lock().expect("stderr tail lock");

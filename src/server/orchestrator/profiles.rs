@@ -2,10 +2,14 @@
 //! Everything is validated before the write; env values never leave the server.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use crate::model::limits::{self, at_most, is_env_name};
+use crate::model::{AgentPreset, CheckReport};
 use crate::model::{AgentProfile, AppError};
-use crate::server::repo::NewAgentProfile;
+use crate::server::agents::{self, check::CheckSpec};
+use crate::server::hooks::Point;
+use crate::server::repo::{NewAgentProfile, new_id};
 
 /// The bundled mock agent profile (docs/api.md); its command is the mock agent next to the
 /// server binary.
@@ -17,6 +21,7 @@ pub struct CreateProfile {
     pub command: String,
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
+    pub elicitation: bool,
 }
 
 fn bad(e: String) -> AppError {
@@ -78,6 +83,7 @@ pub async fn create(state: &AppState, input: CreateProfile) -> Result<AgentProfi
         command: input.command,
         args: input.args,
         env: input.env,
+        elicitation: input.elicitation,
     };
     Ok(state
         .repo
@@ -99,6 +105,8 @@ pub struct ProfileEdit {
     pub args: Option<Vec<String>>,
     #[serde(default)]
     pub env: BTreeMap<String, Option<String>>,
+    #[serde(default)]
+    pub elicitation: Option<bool>,
 }
 
 pub async fn update(
@@ -139,6 +147,7 @@ pub async fn update(
         command: edit.command.unwrap_or_else(|| current.command.clone()),
         args: edit.args.unwrap_or_else(|| current.args_list()),
         env,
+        elicitation: edit.elicitation.unwrap_or(current.elicitation),
     };
     validate(&merged)?;
     if merged.name != current.name
@@ -158,6 +167,7 @@ pub async fn update(
         command: merged.command,
         args: merged.args,
         env: merged.env,
+        elicitation: merged.elicitation,
     };
     state
         .repo
@@ -165,6 +175,59 @@ pub async fn update(
         .await?
         .map(|p| p.to_dto())
         .ok_or_else(|| AppError::NotFound(format!("agent profile {id}")))
+}
+
+/// A1: the known agents as found on this server's `PATH`, and the bundled mock.
+pub fn presets(state: &AppState) -> Vec<AgentPreset> {
+    agents::presets::presets(
+        std::env::var_os("PATH").as_deref(),
+        &state.runtime.config.mock_agent,
+    )
+}
+
+/// A2: starts the profile's agent in a throw-away directory, asks `initialize` under the
+/// handshake deadline and stops it. One check per profile at a time (409 while one runs).
+/// The check runs in a task of its own: a caller that goes away does not cut it short, so
+/// its process is always stopped and its directory removed.
+pub async fn check(state: &AppState, id: &str) -> Result<CheckReport, AppError> {
+    let profile = state
+        .repo
+        .get_agent_profile(id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("agent profile {id}")))?;
+    if state.runtime.profile_checks.put(id, ()).is_some() {
+        return Err(AppError::Conflict(format!(
+            "a check of agent profile {:?} is running",
+            profile.name
+        )));
+    }
+    let dir = std::env::temp_dir().join(format!("turnstile-check-{}", new_id()));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        state.runtime.profile_checks.take(id);
+        return Err(crate::server::telemetry::internal(&e));
+    }
+    let spec = CheckSpec {
+        command: if profile.name == MOCK_PROFILE {
+            state.runtime.config.mock_agent.clone()
+        } else {
+            PathBuf::from(&profile.command)
+        },
+        args: profile.args_list(),
+        env: profile.env_values(),
+        cwd: dir.clone(),
+        deadline: state.runtime.config.agent_start_timeout,
+        groups: state.runtime.agent_groups.clone(),
+    };
+    let (state, id) = (state.clone(), id.to_string());
+    tokio::spawn(async move {
+        state.hooks.run(Point::ProfileCheck, &id).await;
+        let report = agents::check::check(spec).await;
+        let _ = std::fs::remove_dir_all(&dir);
+        state.runtime.profile_checks.take(&id);
+        report
+    })
+    .await
+    .map_err(|e| crate::server::telemetry::internal(&e))
 }
 
 pub async fn list(state: &AppState) -> Result<Vec<AgentProfile>, AppError> {

@@ -87,6 +87,7 @@ pub async fn launch_spec(
         mcp_url: format!("{}/mcp", state.runtime.config.self_url),
         mcp_token: token,
         load_session: session.acp_session_id.clone(),
+        elicitation: profile.elicitation,
         #[cfg(feature = "test-hooks")]
         in_process: state
             .runtime

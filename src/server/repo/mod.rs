@@ -133,6 +133,8 @@ pub struct NewAgentProfile {
     pub command: String,
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
+    /// E1: advertise ACP elicitation to the agent.
+    pub elicitation: bool,
 }
 
 #[derive(Clone, Debug, Default)]

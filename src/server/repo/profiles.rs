@@ -38,6 +38,7 @@ where
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> AgentProfileRecord: FromRow<'r, DB::Row>,
 {
     async fn create_agent_profile(
@@ -51,15 +52,16 @@ where
             ));
         }
         Ok(sqlx::query_as::<DB, AgentProfileRecord>(
-            "INSERT INTO agent_profiles (id, name, command, args, env, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) \
-             RETURNING id, name, command, args, env, created_at",
+            "INSERT INTO agent_profiles (id, name, command, args, env, elicitation, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             RETURNING id, name, command, args, env, elicitation, created_at",
         )
         .bind(new_id())
         .bind(&new.name)
         .bind(&new.command)
         .bind(json(&new.args))
         .bind(json(&new.env))
+        .bind(new.elicitation)
         .bind(at)
         .fetch_one(&mut *self.writer().await?)
         .await?)
@@ -67,7 +69,7 @@ where
 
     async fn list_agent_profiles(&self) -> RepoResult<Vec<AgentProfileRecord>> {
         Ok(sqlx::query_as::<DB, AgentProfileRecord>(
-            "SELECT id, name, command, args, env, created_at FROM agent_profiles ORDER BY name, id",
+            "SELECT id, name, command, args, env, elicitation, created_at FROM agent_profiles ORDER BY name, id",
         )
         .fetch_all(&mut *self.reader().await?)
         .await?)
@@ -79,21 +81,23 @@ where
         profile: &NewAgentProfile,
     ) -> RepoResult<Option<AgentProfileRecord>> {
         Ok(sqlx::query_as::<DB, AgentProfileRecord>(
-            "UPDATE agent_profiles SET name = $2, command = $3, args = $4, env = $5 WHERE id = $1 \
-             RETURNING id, name, command, args, env, created_at",
+            "UPDATE agent_profiles SET name = $2, command = $3, args = $4, env = $5, \
+             elicitation = $6 WHERE id = $1 \
+             RETURNING id, name, command, args, env, elicitation, created_at",
         )
         .bind(id)
         .bind(&profile.name)
         .bind(&profile.command)
         .bind(json(&profile.args))
         .bind(json(&profile.env))
+        .bind(profile.elicitation)
         .fetch_optional(&mut *self.writer().await?)
         .await?)
     }
 
     async fn get_agent_profile(&self, id: &str) -> RepoResult<Option<AgentProfileRecord>> {
         Ok(sqlx::query_as::<DB, AgentProfileRecord>(
-            "SELECT id, name, command, args, env, created_at FROM agent_profiles WHERE id = $1",
+            "SELECT id, name, command, args, env, elicitation, created_at FROM agent_profiles WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&mut *self.reader().await?)
@@ -105,7 +109,7 @@ where
         name: &str,
     ) -> RepoResult<Option<AgentProfileRecord>> {
         Ok(sqlx::query_as::<DB, AgentProfileRecord>(
-            "SELECT id, name, command, args, env, created_at FROM agent_profiles WHERE name = $1",
+            "SELECT id, name, command, args, env, elicitation, created_at FROM agent_profiles WHERE name = $1",
         )
         .bind(name)
         .fetch_optional(&mut *self.reader().await?)

@@ -67,6 +67,8 @@ pub struct AgentProfileRecord {
     pub args: String,
     /// JSON object of strings.
     pub env: String,
+    /// E1: the agent is told it may ask through ACP elicitation.
+    pub elicitation: bool,
     pub created_at: Micros,
 }
 
@@ -79,6 +81,7 @@ impl AgentProfileRecord {
             command: self.command.clone(),
             args: self.args_list(),
             env: self.env_values().into_keys().collect(),
+            elicitation: self.elicitation,
         }
     }
 

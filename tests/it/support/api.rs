@@ -89,6 +89,26 @@ impl Api {
         )
     }
 
+    pub async fn patch(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (reqwest::StatusCode, serde_json::Value) {
+        let r = self
+            .client
+            .patch(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .expect("PATCH");
+        let status = r.status();
+        let text = r.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
     /// `DELETE path`: its status.
     pub async fn delete(&self, path: &str) -> reqwest::StatusCode {
         self.client

@@ -1,0 +1,267 @@
+//! Checking an agent profile (spec/agents.md A2, A7): `POST /agent-profiles/{id}/check` starts
+//! the real agent process, asks `initialize`, stops it and reports what the agent said — on
+//! SQLite and PostgreSQL. The mock agent's switches play the agents that lack a capability or
+//! never answer.
+
+use crate::support;
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use support::{Api, TestServer};
+use tokio::sync::Semaphore;
+use turnstile::server::hooks::Point;
+
+both_http!(
+    a2_the_bundled_profile_reports_what_its_agent_can_do,
+    a2_an_agent_without_a_capability_says_so,
+    a2_a_missing_command_or_a_stuck_agent_fails_with_its_reason_and_leaves_no_process,
+    a2_one_check_at_a_time_per_profile,
+    a1_presets_list_the_known_agents_and_the_bundled_mock,
+    a4_an_agent_that_needs_a_login_says_which_and_the_check_lists_it,
+);
+
+async fn profile(api: &Api, name: &str, command: &str, env: Value) -> String {
+    let (status, p) = api
+        .post(
+            "/api/v1/agent-profiles",
+            json!({ "name": name, "command": command, "env": env }),
+        )
+        .await;
+    assert_eq!(status, 200, "{p}");
+    p["id"].as_str().unwrap().to_string()
+}
+
+async fn check(api: &Api, id: &str) -> (u16, Value) {
+    let (status, r) = api
+        .post(&format!("/api/v1/agent-profiles/{id}/check"), json!({}))
+        .await;
+    (status.as_u16(), r)
+}
+
+async fn mock_profile_id(api: &Api) -> String {
+    let (_, list) = api.get("/api/v1/agent-profiles").await;
+    list["agent_profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "mock")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The processes whose environment holds `marker` (an agent inherits its profile's env).
+fn processes_with(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
+        })
+        .collect()
+}
+
+async fn a2_the_bundled_profile_reports_what_its_agent_can_do(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (status, r) = check(&api, &mock_profile_id(&api).await).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["agent_info"]["name"], "turnstile-mock-agent");
+    assert_eq!(r["protocol_version"], 1);
+    assert_eq!(
+        (
+            &r["capabilities"]["load_session"],
+            &r["capabilities"]["mcp"]["http"]
+        ),
+        (&json!(true), &json!(true)),
+        "{r}"
+    );
+    assert!(r.get("error").is_none(), "{r}");
+    server.stop().await;
+}
+
+async fn a2_an_agent_without_a_capability_says_so(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let id = profile(
+        &api,
+        "bare",
+        env!("CARGO_BIN_EXE_mock_agent"),
+        json!({ "MOCK_AGENT_NO_LOAD_SESSION": "1", "MOCK_AGENT_NO_HTTP_MCP": "1" }),
+    )
+    .await;
+    let (status, r) = check(&api, &id).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(
+        (
+            &r["capabilities"]["load_session"],
+            &r["capabilities"]["mcp"]["http"]
+        ),
+        (&json!(false), &json!(false)),
+        "{r}"
+    );
+    server.stop().await;
+}
+
+async fn a2_a_missing_command_or_a_stuck_agent_fails_with_its_reason_and_leaves_no_process(
+    url: String,
+) {
+    let server = TestServer::start_with(&url, |c| {
+        c.agent_start_timeout = std::time::Duration::from_secs(1);
+    })
+    .await;
+    let api = Api::new(&server.base);
+    let missing = profile(&api, "missing", "/nonexistent/agent", json!({})).await;
+    let (status, r) = check(&api, &missing).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(
+        r["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cannot start agent")),
+        "{r}"
+    );
+    let marker = format!("CHECK_MARKER={}", uuid::Uuid::new_v4().simple());
+    let (name, value) = marker.split_once('=').unwrap();
+    let stuck = profile(
+        &api,
+        "stuck",
+        env!("CARGO_BIN_EXE_mock_agent"),
+        json!({ "MOCK_AGENT_SLOW_HANDSHAKE": "1", name: value }),
+    )
+    .await;
+    let (status, r) = check(&api, &stuck).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(
+        r["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("did not answer `initialize` within 1 s")),
+        "{r}"
+    );
+    // Stopped with its group before the answer was sent, and reaped.
+    assert_eq!(processes_with(&marker), Vec::<u32>::new());
+    assert!(server.state.runtime.agent_groups.is_empty());
+    server.stop().await;
+}
+
+async fn a2_one_check_at_a_time_per_profile(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (status, _) = check(&api, "no-such-profile").await;
+    assert_eq!(status, 404);
+    let id = mock_profile_id(&api).await;
+    // The first check pauses before it starts its agent.
+    let (arrived, go) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let (a, g) = (arrived.clone(), go.clone());
+    server.state.hooks.set(Point::ProfileCheck, move |_| {
+        let (a, g) = (a.clone(), g.clone());
+        async move {
+            a.add_permits(1);
+            g.acquire().await.expect("gate").forget();
+        }
+    });
+    let first = {
+        let (base, id) = (server.base.clone(), id.clone());
+        tokio::spawn(async move { check(&Api::new(&base), &id).await })
+    };
+    arrived.acquire().await.expect("the first check").forget();
+    let (status, r) = check(&api, &id).await;
+    assert_eq!(status, 409, "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("running"),
+        "{r}"
+    );
+    server.state.hooks.clear(Point::ProfileCheck);
+    go.add_permits(1);
+    let (status, r) = first.await.unwrap();
+    assert_eq!((status, &r["ok"]), (200, &json!(true)), "{r}");
+    // Once it is done, the profile can be checked again.
+    let (status, r) = check(&api, &id).await;
+    assert_eq!((status, &r["ok"]), (200, &json!(true)), "{r}");
+    server.stop().await;
+}
+
+async fn a1_presets_list_the_known_agents_and_the_bundled_mock(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (status, r) = api.get("/api/v1/agent-presets").await;
+    assert_eq!(status, 200, "{r}");
+    let presets = r["agent_presets"].as_array().unwrap();
+    let ids: Vec<&str> = presets.iter().map(|p| p["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [
+            "claude-code",
+            "codex",
+            "gemini",
+            "goose",
+            "opencode",
+            "mock"
+        ]
+    );
+    let mock = &presets[5];
+    assert_eq!(
+        (mock["found"].as_bool(), mock["command"].as_str()),
+        (Some(true), Some(env!("CARGO_BIN_EXE_mock_agent")))
+    );
+    for p in presets {
+        // Found: an absolute command; not found: what to install (never run by the server).
+        match p["found"].as_bool().unwrap() {
+            true => assert!(p["command"].as_str().unwrap().starts_with('/'), "{p}"),
+            false => assert!(p["install"].as_str().is_some_and(|i| !i.is_empty()), "{p}"),
+        }
+    }
+    server.stop().await;
+}
+
+async fn a4_an_agent_that_needs_a_login_says_which_and_the_check_lists_it(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let id = profile(
+        &api,
+        "needs-login",
+        env!("CARGO_BIN_EXE_mock_agent"),
+        json!({ "MOCK_AGENT_AUTH_REQUIRED": "1" }),
+    )
+    .await;
+    let (status, r) = check(&api, &id).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(
+        (
+            r["auth_methods"][0]["id"].as_str(),
+            r["auth_methods"][0]["name"].as_str()
+        ),
+        (Some("mock-login"), Some("Mock login")),
+        "{r}"
+    );
+    let (status, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "login", "prompt": "hello", "agent_profile_id": id }),
+        )
+        .await;
+    assert_eq!(status, 200, "{task}");
+    let t = api
+        .wait_for(
+            &format!("/api/v1/tasks/{}", task["id"].as_str().unwrap()),
+            "the login the agent needs",
+            |t| t["status_summary"]["last_error"]["message"].is_string(),
+        )
+        .await;
+    let reason = t["status_summary"]["last_error"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        reason.contains("log in")
+            && reason.contains("Mock login: Run `mock_agent login` in a terminal")
+            && reason.contains("retry"),
+        "{reason}"
+    );
+    server.stop().await;
+}
