@@ -10,6 +10,9 @@ fn main() -> std::process::ExitCode {
     use clap::Parser;
     limit_malloc_arenas();
     not_dumpable();
+    if std::env::args().nth(1).as_deref() == Some(turnstile::server::mcp_stdio::SUBCOMMAND) {
+        return mcp_stdio();
+    }
     let config = turnstile::server::config::Config::parse();
     // The secrets in the environment are read once, then wiped from it (before any other
     // thread exists).
@@ -20,6 +23,31 @@ fn main() -> std::process::ExitCode {
         .build()
         .expect("the tokio runtime starts")
         .block_on(serve(config, env_token))
+}
+
+/// `turnstile mcp-stdio` (A3): our MCP tool over stdio for an agent that cannot speak MCP
+/// over HTTP, relayed to the server named in the environment.
+#[cfg(feature = "ssr")]
+fn mcp_stdio() -> std::process::ExitCode {
+    use turnstile::server::mcp_stdio::{TOKEN_ENV, URL_ENV, run};
+    let (Ok(url), Some(token)) = (std::env::var(URL_ENV), take_secret_env(TOKEN_ENV)) else {
+        eprintln!(
+            "turnstile mcp-stdio: {URL_ENV} and {TOKEN_ENV} must be set (the server sets them for its agents)"
+        );
+        return std::process::ExitCode::from(2);
+    };
+    let ran = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime starts")
+        .block_on(run(url, token));
+    match ran {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("turnstile mcp-stdio: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 /// Spec "Server process": other processes of the same user — the agents this server starts

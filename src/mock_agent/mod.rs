@@ -30,10 +30,19 @@ use tokio_util::sync::CancellationToken;
 
 type McpClient = Arc<RunningService<RoleClient, ()>>;
 
-#[derive(Clone, Default)]
-struct Endpoint {
-    url: String,
-    token: String,
+/// Where the mock reaches the client's MCP server for a session.
+#[derive(Clone)]
+enum Endpoint {
+    Http {
+        url: String,
+        token: String,
+    },
+    /// A program to start that speaks MCP on its stdio (A3).
+    Stdio {
+        command: std::path::PathBuf,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+    },
 }
 
 /// A mock agent running inside the server process over an in-memory pipe (still ACP, and MCP
@@ -110,21 +119,31 @@ impl MockState {
 
     fn remember(&self, session: &str, servers: &[McpServer]) {
         for s in servers {
-            if let McpServer::Http(h) = s {
-                let token = h
-                    .headers
-                    .iter()
-                    .find(|x| x.name.eq_ignore_ascii_case("authorization"))
-                    .map(|x| x.value.trim_start_matches("Bearer ").to_string())
-                    .unwrap_or_default();
-                self.endpoints.lock().unwrap().insert(
-                    session.to_string(),
-                    Endpoint {
-                        url: h.url.clone(),
-                        token,
-                    },
-                );
-            }
+            let endpoint = match s {
+                McpServer::Http(h) => Endpoint::Http {
+                    url: h.url.clone(),
+                    token: h
+                        .headers
+                        .iter()
+                        .find(|x| x.name.eq_ignore_ascii_case("authorization"))
+                        .map(|x| x.value.trim_start_matches("Bearer ").to_string())
+                        .unwrap_or_default(),
+                },
+                McpServer::Stdio(s) => Endpoint::Stdio {
+                    command: s.command.clone(),
+                    args: s.args.clone(),
+                    env: s
+                        .env
+                        .iter()
+                        .map(|v| (v.name.clone(), v.value.clone()))
+                        .collect(),
+                },
+                _ => continue,
+            };
+            self.endpoints
+                .lock()
+                .unwrap()
+                .insert(session.to_string(), endpoint);
         }
     }
 
@@ -140,14 +159,24 @@ impl MockState {
             .get(session)
             .cloned()
             .ok_or("no MCP server was given")?;
-        let config = StreamableHttpClientTransportConfig::with_uri(ep.url).auth_header(ep.token);
-        let client = ()
-            .serve(StreamableHttpClientTransport::with_client(
-                http_client(),
-                config,
-            ))
-            .await
-            .map_err(|e| format!("MCP connect failed: {e}"))?;
+        let client = match ep {
+            Endpoint::Http { url, token } => {
+                let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
+                ().serve(StreamableHttpClientTransport::with_client(
+                    http_client(),
+                    config,
+                ))
+                .await
+            }
+            Endpoint::Stdio { command, args, env } => {
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args).envs(env).stderr(std::process::Stdio::null());
+                let transport = rmcp::transport::TokioChildProcess::new(cmd)
+                    .map_err(|e| format!("cannot start the MCP server: {e}"))?;
+                ().serve(transport).await
+            }
+        }
+        .map_err(|e| format!("MCP connect failed: {e}"))?;
         let client = Arc::new(client);
         clients.insert(session.to_string(), client.clone());
         Ok(client)

@@ -129,6 +129,7 @@ impl Config {
             server_ttl: std::time::Duration::from_secs(self.server_ttl.max(1)),
             self_url: format!("http://{reach}"),
             mock_agent,
+            server_exe: std::env::current_exe()?,
             workdir: std::path::absolute(self.data_dir.join("workspace"))?,
             ask_keepalive: std::time::Duration::from_secs(self.ask_keepalive.max(1)),
             ask_timeout: std::time::Duration::from_secs(self.ask_timeout.max(1)),

@@ -9,6 +9,7 @@ pub mod events;
 pub mod hooks;
 pub mod mailbox;
 pub mod markdown;
+pub mod mcp_stdio;
 pub mod metrics;
 pub mod orchestrator;
 pub mod repo;

@@ -23,6 +23,8 @@ pub struct RuntimeConfig {
     pub self_url: String,
     /// The bundled mock agent binary (profile `mock`).
     pub mock_agent: PathBuf,
+    /// This server's binary: agents without HTTP MCP run `<server_exe> mcp-stdio` (A3).
+    pub server_exe: PathBuf,
     /// Working directory for agent processes.
     pub workdir: PathBuf,
     /// L7: progress notifications while a question waits.

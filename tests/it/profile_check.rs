@@ -19,6 +19,7 @@ both_http!(
     a2_one_check_at_a_time_per_profile,
     a1_presets_list_the_known_agents_and_the_bundled_mock,
     a4_an_agent_that_needs_a_login_says_which_and_the_check_lists_it,
+    a3_an_agent_without_http_mcp_asks_through_mcp_stdio,
 );
 
 async fn profile(api: &Api, name: &str, command: &str, env: Value) -> String {
@@ -264,4 +265,85 @@ async fn a4_an_agent_that_needs_a_login_says_which_and_the_check_lists_it(url: S
         "{reason}"
     );
     server.stop().await;
+}
+
+/// The command lines of this user's processes that run `<binary> mcp-stdio` for `url`.
+fn relays_for(url: &str) -> Vec<Vec<String>> {
+    let marker = format!("TURNSTILE_MCP_URL={url}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
+        })
+        .filter_map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
+        .map(|c| {
+            c.split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .collect()
+}
+
+async fn a3_an_agent_without_http_mcp_asks_through_mcp_stdio(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let id = profile(
+        &api,
+        "stdio-only",
+        env!("CARGO_BIN_EXE_mock_agent"),
+        json!({ "MOCK_AGENT_NO_HTTP_MCP": "1" }),
+    )
+    .await;
+    let (status, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "stdio", "prompt": "/e2e:clarification", "agent_profile_id": id }),
+        )
+        .await;
+    assert_eq!(status, 200, "{task}");
+    let session = task["primary_session_id"].as_str().unwrap().to_string();
+    // The agent reached ask_user_question through `turnstile mcp-stdio`: the question is a
+    // bundle like any other.
+    let pending_id = api
+        .pending_id_of_kind(&session, "clarification_request")
+        .await;
+    // The relay's command line holds no token (it is in its environment only).
+    let relays = relays_for(&format!("{}/mcp", server.base));
+    assert_eq!(relays.len(), 1, "{relays:?}");
+    assert_eq!(
+        relays[0],
+        [env!("CARGO_BIN_EXE_turnstile"), "mcp-stdio"],
+        "{relays:?}"
+    );
+    let (status, r) = api
+        .respond(
+            &pending_id,
+            json!({ "answers": [{ "question_id": "db", "selected_options": ["sqlite"] }] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["claimed"], true, "{r}");
+    api.wait_turns_done(&session, 1).await;
+    let agent = api.agent_lines(&session).await;
+    assert!(agent.iter().any(|l| l.contains("sqlite")), "{agent:?}");
+    server.stop().await;
+}
+
+#[test]
+fn a3_mcp_stdio_without_its_environment_says_what_is_missing() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .arg("mcp-stdio")
+        .env_remove("TURNSTILE_MCP_URL")
+        .env_remove("TURNSTILE_MCP_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("TURNSTILE_MCP_URL and TURNSTILE_MCP_TOKEN must be set"),
+        "{err}"
+    );
 }

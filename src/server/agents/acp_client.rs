@@ -6,11 +6,11 @@ use agent_client_protocol::v1::{
     self,
     schema::{
         CancelNotification, ClientCapabilities, ContentBlock, ElicitationCapabilities,
-        ElicitationFormCapabilities, ElicitationUrlCapabilities, HttpHeader, Implementation,
-        InitializeRequest, LoadSessionRequest, McpServer, McpServerHttp, NewSessionRequest,
-        PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
-        RequestPermissionResponse, SelectedPermissionOutcome, SessionId, SessionNotification,
-        SessionUpdate,
+        ElicitationFormCapabilities, ElicitationUrlCapabilities, EnvVariable, HttpHeader,
+        Implementation, InitializeRequest, LoadSessionRequest, McpServer, McpServerHttp,
+        McpServerStdio, NewSessionRequest, PromptRequest, RequestPermissionOutcome,
+        RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
+        SessionNotification, SessionUpdate,
     },
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
@@ -23,6 +23,7 @@ use super::elicitation_request::ElicitationCreate;
 use super::process::{self, StderrTail};
 use super::relay::{self, Mark, Relay};
 use crate::server::hooks::{Hooks, Point};
+use crate::server::mcp_stdio;
 
 /// Agent events the worker may fall behind by before the agent waits (backpressure).
 const EVENT_BUFFER: usize = 256;
@@ -36,6 +37,9 @@ pub struct LaunchSpec {
     pub cwd: PathBuf,
     /// Our MCP endpoint and this session's bearer token (passed in `mcpServers`).
     pub mcp_url: String,
+    /// This server's binary, offered as `<server_exe> mcp-stdio` to an agent without HTTP
+    /// MCP (A3).
+    pub server_exe: PathBuf,
     pub mcp_token: String,
     /// Resume this ACP session with `session/load` when the agent supports it.
     pub load_session: Option<String>,
@@ -521,12 +525,25 @@ async fn handshake(
         .block_task()
         .await
         .map_err(|e| format!("initialize failed: {e}"))?;
-    let mcp = McpServer::Http(
-        McpServerHttp::new("turnstile", spec.mcp_url.clone()).headers(vec![HttpHeader::new(
-            "Authorization",
-            format!("Bearer {}", spec.mcp_token),
-        )]),
-    );
+    // A3: HTTP only to an agent that says it speaks it; every agent speaks stdio, through
+    // our relay, which gets the token in its environment (argv is readable by any local user).
+    let mcp = if init.agent_capabilities.mcp_capabilities.http {
+        McpServer::Http(
+            McpServerHttp::new("turnstile", spec.mcp_url.clone()).headers(vec![HttpHeader::new(
+                "Authorization",
+                format!("Bearer {}", spec.mcp_token),
+            )]),
+        )
+    } else {
+        McpServer::Stdio(
+            McpServerStdio::new("turnstile", spec.server_exe.clone())
+                .args(vec![mcp_stdio::SUBCOMMAND.to_string()])
+                .env(vec![
+                    EnvVariable::new(mcp_stdio::URL_ENV, spec.mcp_url.clone()),
+                    EnvVariable::new(mcp_stdio::TOKEN_ENV, spec.mcp_token.clone()),
+                ]),
+        )
+    };
     let session_id = match spec
         .load_session
         .clone()

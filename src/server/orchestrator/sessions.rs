@@ -85,6 +85,7 @@ pub async fn launch_spec(
         env: profile.env_values(),
         cwd: state.runtime.config.workdir.clone(),
         mcp_url: format!("{}/mcp", state.runtime.config.self_url),
+        server_exe: state.runtime.config.server_exe.clone(),
         mcp_token: token,
         load_session: session.acp_session_id.clone(),
         elicitation: profile.elicitation,
