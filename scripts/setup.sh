@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing need, offline except the package registries
-# (crates.io, Debian, npm). Idempotent: every step is skipped when already satisfied.
+# (crates.io, Debian, npm, PyPI). Idempotent: every step is skipped when already satisfied.
 #   scripts/setup.sh                     build + run prerequisites
-#   scripts/setup.sh --test              also Chromium, PostgreSQL and the Playwright packages
+#   scripts/setup.sh --test              also Chromium, PostgreSQL, the Playwright packages and
+#                                        the official ACP SDK's test virtualenv
 #   scripts/setup.sh --with-cargo-leptos also cargo-leptos (optional; 40–60 min cold build)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -69,4 +70,10 @@ if [ "$want_test" = 1 ]; then
     (cd "$ROOT/end2end" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund >/dev/null)
     cp "$ROOT/end2end/package-lock.json" "$ROOT/end2end/node_modules/.package-lock.json.installed"
   fi
+  # The test agent written on the official ACP SDK (tests/agents) runs in a virtualenv of its
+  # own, from PyPI.
+  if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    apt_install python3-venv
+  fi
+  "$ROOT/scripts/acp-venv.sh"
 fi

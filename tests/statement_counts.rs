@@ -115,6 +115,7 @@ async fn ask_counts(url: &str, turn_reads: &AtomicUsize) {
         dedup_key: format!("d{n}"),
         questions: vec![],
         message_content: "?".into(),
+        source: "mcp",
         replies: vec![],
     };
     let before = turn_reads.load(Ordering::SeqCst);

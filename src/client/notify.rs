@@ -122,6 +122,7 @@ mod tests {
             response: None,
             created_at: String::new(),
             resolved_at: None,
+            source: "mcp".into(),
         }
     }
 

@@ -141,6 +141,13 @@ pub struct Bundle {
     pub response: Option<Response>,
     pub created_at: String,
     pub resolved_at: Option<String>,
+    /// E2: how the agent asked: `mcp` (our tool) or `elicitation` (ACP).
+    #[serde(default = "mcp")]
+    pub source: String,
+}
+
+fn mcp() -> String {
+    "mcp".into()
 }
 
 /// A permission request of an agent (N6): pending while its agent waits, then `selected` or

@@ -111,6 +111,7 @@ async fn e2_e5_a_claude_shaped_form_is_a_bundle_and_its_answer_reaches_the_agent
         (Some("pending"), Some(true))
     );
     assert_eq!(b["context"], "Two decisions before I start");
+    assert_eq!(b["source"], "elicitation", "E2: {b}");
     let q = b["questions"].as_array().unwrap();
     assert_eq!(q.len(), 2, "{b}");
     assert_eq!(

@@ -20,6 +20,7 @@ mod http_api;
 mod lifecycle_model;
 mod mcp;
 mod module_graph;
+mod official_sdk;
 mod pending_action_locks;
 mod profile_check;
 mod projections;

@@ -53,6 +53,7 @@ async fn killed_server_keeps_the_question_answerable_and_relaunches_the_agent(ur
         ),
         (Some(true), Some(true), Some("pending"))
     );
+    assert_eq!(b["source"], "mcp", "E2: asked through the MCP tool");
     let sessions = api
         .get(&format!("/api/v1/tasks/{task_id}/sessions"))
         .await

@@ -17,6 +17,8 @@ pub const MAX_OPTIONS: usize = 6;
 pub struct Ask {
     pub questions: Vec<Question>,
     pub context: Option<String>,
+    /// E2: `mcp` or `elicitation`.
+    pub source: &'static str,
 }
 
 impl Ask {
@@ -154,7 +156,11 @@ fn validate(args: &Value) -> Result<Ask, String> {
             },
         });
     }
-    Ok(Ask { questions, context })
+    Ok(Ask {
+        questions,
+        context,
+        source: "mcp",
+    })
 }
 
 /// The tool result for an answered or rejected bundle (spec/api.md): keyed by question id →

@@ -185,6 +185,7 @@ async fn write(
         dedup_key: ask.dedup_key(),
         questions: ask.questions.clone(),
         message_content: ask.summary_line(),
+        source: ask.source,
         replies,
     };
     // P9: reserved before the transaction whose statements read the P1 its events carry, in

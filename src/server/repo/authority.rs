@@ -80,7 +80,7 @@ pub fn bundle_is_superseded(b: &str) -> String {
 
 /// The bundle columns in table order, for SELECT and RETURNING lists.
 pub const BUNDLE_COLUMNS: &str = "pending_id, session_id, task_id, turn_id, status, detached, \
-    delivery_pending, context, dedup_key, response, reject_reason, created_at, resolved_at";
+    delivery_pending, context, dedup_key, response, reject_reason, created_at, resolved_at, source";
 
 /// Every statement that embodies L1/L2, built once.
 pub struct AuthoritySql {
@@ -119,7 +119,7 @@ fn ask_bundle(lock: &str) -> String {
     format!(
         "INSERT INTO clarification_bundles ({BUNDLE_COLUMNS}) \
          SELECT $2, t.session_id, t.task_id, t.id, 'pending', FALSE, FALSE, $3, $4, NULL, \
-                NULL, $5, NULL \
+                NULL, $5, NULL, $6 \
          FROM turns t \
          WHERE t.id = {} AND t.completed_at IS NULL AND t.reservation = 'none' \
            AND NOT EXISTS (SELECT 1 FROM clarification_bundles same \

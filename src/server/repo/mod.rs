@@ -238,6 +238,8 @@ pub struct NewAsk {
     pub dedup_key: String,
     pub questions: Vec<Question>,
     pub message_content: String,
+    /// E2: `mcp` or `elicitation`.
+    pub source: &'static str,
     /// The agent's owed output, written first (nothing when the ask writes nothing).
     pub replies: Vec<ReplyWrite>,
 }

@@ -253,6 +253,7 @@ where
             .bind(&new.context)
             .bind(&new.dedup_key)
             .bind(at)
+            .bind(new.source)
             .fetch_optional(&mut *tx)
             .await?
         else {

@@ -111,7 +111,7 @@ where
         let mut tx = self.write_tx().await?;
         let bundle = sqlx::query_as::<DB, BundleRecord>(stmt!(
             "INSERT INTO clarification_bundles ({BUNDLE_COLUMNS}) \
-             SELECT $1, t.session_id, t.task_id, t.id, 'pending', FALSE, FALSE, $4, $5, NULL, NULL, $6, NULL \
+             SELECT $1, t.session_id, t.task_id, t.id, 'pending', FALSE, FALSE, $4, $5, NULL, NULL, $6, NULL, 'mcp' \
              FROM turns t WHERE t.id = $3 AND t.session_id = $2 \
              RETURNING {BUNDLE_COLUMNS}"
         ))

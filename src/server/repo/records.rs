@@ -279,6 +279,8 @@ pub struct BundleRecord {
     pub reject_reason: Option<String>,
     pub created_at: Micros,
     pub resolved_at: Option<Micros>,
+    /// E2: how the agent asked (`mcp`, `elicitation`).
+    pub source: String,
 }
 
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
@@ -326,6 +328,7 @@ impl BundleView {
                 .and_then(|j| serde_json::from_str::<Response>(j).ok()),
             created_at: format_micros(r.created_at),
             resolved_at: r.resolved_at.map(format_micros),
+            source: r.source.clone(),
         }
     }
 }

@@ -128,7 +128,11 @@ pub fn form_ask(message: &str, schema: &Value) -> Result<Elicited, String> {
     }
     let context = (!single && !message.trim().is_empty()).then(|| message.to_string());
     Ok(Elicited {
-        ask: Ask { questions, context },
+        ask: Ask {
+            questions,
+            context,
+            source: "elicitation",
+        },
         fields: out,
     })
 }
@@ -163,6 +167,7 @@ pub fn url_ask(message: &str, url: &str) -> Result<Elicited, String> {
     };
     Ok(Elicited {
         ask: Ask {
+            source: "elicitation",
             questions: vec![question],
             context: None,
         },
