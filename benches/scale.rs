@@ -52,6 +52,7 @@ fn runtime_config(addr: std::net::SocketAddr) -> RuntimeConfig {
         self_url: format!("http://{addr}"),
         mock_agent: env!("CARGO_BIN_EXE_mock_agent").into(),
         server_exe: env!("CARGO_BIN_EXE_turnstile").into(),
+        default_agent: "mock".into(),
         workdir: std::env::temp_dir(),
         ask_keepalive: Duration::from_secs(20),
         ask_timeout: Duration::from_secs(7200),

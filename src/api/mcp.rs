@@ -139,7 +139,7 @@ impl ServerHandler for AskServer {
                 }
             }
         };
-        let outcome = ask_and_wait(&self.state, &session, ask, cx.ct.clone(), progress).await;
+        let outcome = ask_and_wait(&self.state, &session, ask, cx.ct.clone(), progress, None).await;
         Ok(match outcome {
             AskOutcome::Answered(response) => {
                 let value = tool_output(&response);

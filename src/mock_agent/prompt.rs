@@ -7,10 +7,10 @@ use std::time::Duration;
 use agent_client_protocol::v1::{
     self,
     schema::{
-        ContentBlock, ContentChunk, CreateElicitationRequest, PermissionOption,
-        PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest, SessionId,
-        SessionUpdate, StopReason, ToolCall, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
-        ToolKind,
+        CompleteElicitationNotification, ContentBlock, ContentChunk, CreateElicitationRequest,
+        PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
+        SessionId, SessionUpdate, StopReason, ToolCall, ToolCallStatus, ToolCallUpdate,
+        ToolCallUpdateFields, ToolKind,
     },
 };
 use agent_client_protocol::{Client, UntypedMessage};
@@ -197,6 +197,7 @@ pub(super) async fn run_prompt(
                 schema,
                 url,
                 cancel,
+                complete,
             } => {
                 // What the agent said before is on the wire before the question leaves.
                 st.written.flushed().await;
@@ -224,6 +225,12 @@ pub(super) async fn run_prompt(
                             if cancel {
                                 // E5: the agent gives its question up at once.
                                 let _ = sent.cancel();
+                            }
+                            if complete {
+                                // E7: the user finished at the link (as the agent learns it).
+                                let _ = conn.send_notification(
+                                    CompleteElicitationNotification::new(format!("el-{}", sid.0)),
+                                );
                             }
                             match sent.block_task().await {
                                 Ok(v) => {

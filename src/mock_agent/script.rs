@@ -36,6 +36,8 @@ pub enum Step {
         schema: Option<Value>,
         url: Option<String>,
         cancel: bool,
+        /// E7: the agent also says the link was completed (`elicitation/complete`).
+        complete: bool,
     },
 }
 
@@ -208,9 +210,10 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
                     schema: Some(v["requestedSchema"].clone()),
                     url: None,
                     cancel: name == "e2e:elicit-cancelled",
+                    complete: false,
                 }
             }
-            "e2e:elicit-url" => Step::Elicit {
+            "e2e:elicit-url" | "e2e:elicit-url-completed" => Step::Elicit {
                 message: "Open the link to continue".into(),
                 schema: None,
                 url: Some(
@@ -218,6 +221,7 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
                         .map_err(|e| format!("line {n}: elicit-url needs a JSON string: {e}"))?,
                 ),
                 cancel: false,
+                complete: name == "e2e:elicit-url-completed",
             },
             other => return Err(format!("line {n}: unknown script command {other:?}")),
         };

@@ -59,6 +59,9 @@ pub struct Config {
     /// Seconds an agent may take to finish the ACP handshake before it is killed.
     #[arg(long, env = "TURNSTILE_AGENT_START_TIMEOUT", default_value_t = 30)]
     pub agent_start_timeout: u64,
+    /// The agent profile (by name) of a task or session created without one (A5).
+    #[arg(long, env = "TURNSTILE_DEFAULT_AGENT", default_value = "mock")]
+    pub default_agent: String,
     /// Agent processes that may run at once; idle ones are stopped to make room (their
     /// sessions relaunch on demand).
     #[arg(long, env = "TURNSTILE_MAX_AGENTS", default_value_t = 16)]
@@ -134,6 +137,7 @@ impl Config {
             ask_keepalive: std::time::Duration::from_secs(self.ask_keepalive.max(1)),
             ask_timeout: std::time::Duration::from_secs(self.ask_timeout.max(1)),
             agent_start_timeout: std::time::Duration::from_secs(self.agent_start_timeout.max(1)),
+            default_agent: self.default_agent.clone(),
             max_agents: self.max_agents.max(1),
             max_websocket_clients: crate::server::runtime::MAX_WEBSOCKET_CLIENTS,
             sync_wait: crate::server::runtime::SYNC_WAIT,

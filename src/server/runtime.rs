@@ -25,6 +25,8 @@ pub struct RuntimeConfig {
     pub mock_agent: PathBuf,
     /// This server's binary: agents without HTTP MCP run `<server_exe> mcp-stdio` (A3).
     pub server_exe: PathBuf,
+    /// A5: the profile (by name) of a session created without one.
+    pub default_agent: String,
     /// Working directory for agent processes.
     pub workdir: PathBuf,
     /// L7: progress notifications while a question waits.
@@ -263,6 +265,69 @@ pub struct Runtime {
     pub lease_rounds: tokio::sync::watch::Sender<u64>,
     /// Profiles whose check runs now (A2: one at a time per profile).
     pub profile_checks: Slots<()>,
+    /// E7: `elicitation/complete` of the agents, met with the link questions they complete.
+    pub completions: Completions,
+}
+
+/// E7: an agent's `elicitation/complete` for a link it asked the user to open. The completion
+/// may arrive before its question is written (the two travel on different tasks): it is kept
+/// until the question waits for it; the kept ones are bounded (a hostile agent cannot grow
+/// them).
+#[derive(Default)]
+pub struct Completions {
+    inner: Mutex<HashMap<String, Completion>>,
+}
+
+enum Completion {
+    Waiting(oneshot::Sender<()>),
+    Done,
+}
+
+/// Completions kept before their question waits for them.
+const KEPT_COMPLETIONS: usize = 1024;
+
+impl Completions {
+    fn key(session_id: &str, elicitation_id: &str) -> String {
+        format!("{session_id}\u{0}{elicitation_id}")
+    }
+
+    /// Resolves when the agent completes `elicitation_id` (at once if it already has).
+    pub fn wait(&self, session_id: &str, elicitation_id: &str) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        let key = Self::key(session_id, elicitation_id);
+        let mut map = self.inner.lock().expect("completions lock");
+        match map.remove(&key) {
+            Some(Completion::Done) => {
+                let _ = tx.send(());
+            }
+            _ => {
+                map.insert(key, Completion::Waiting(tx));
+            }
+        }
+        rx
+    }
+
+    pub fn complete(&self, session_id: &str, elicitation_id: &str) {
+        let key = Self::key(session_id, elicitation_id);
+        let mut map = self.inner.lock().expect("completions lock");
+        match map.remove(&key) {
+            Some(Completion::Waiting(tx)) => {
+                let _ = tx.send(());
+            }
+            _ if map.len() < KEPT_COMPLETIONS => {
+                map.insert(key, Completion::Done);
+            }
+            _ => {}
+        }
+    }
+
+    /// The question is no longer waiting.
+    pub fn forget(&self, session_id: &str, elicitation_id: &str) {
+        self.inner
+            .lock()
+            .expect("completions lock")
+            .remove(&Self::key(session_id, elicitation_id));
+    }
 }
 
 /// An agent's elicitation and the session it came from.
@@ -338,6 +403,7 @@ impl Runtime {
             elicitations_rx: Mutex::new(Some(elicitations_rx)),
             lease_rounds: tokio::sync::watch::Sender::new(0),
             profile_checks: Slots::default(),
+            completions: Completions::default(),
             agents: AgentSlots::new(config.max_agents),
             agent_groups: Arc::default(),
             config,
@@ -356,6 +422,27 @@ impl Runtime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn e7_a_completion_meets_its_question_in_either_order_and_is_bounded() {
+        let c = Completions::default();
+        // Completed first, then waited for: resolves at once.
+        c.complete("s", "early");
+        assert_eq!(c.wait("s", "early").try_recv(), Ok(()));
+        // Waited for first: resolves when completed; another session's id is another link.
+        let mut rx = c.wait("s", "late");
+        c.complete("other", "late");
+        assert!(rx.try_recv().is_err());
+        c.complete("s", "late");
+        assert_eq!(rx.try_recv(), Ok(()));
+        // Completions nobody waits for are kept up to the bound only.
+        for i in 0..KEPT_COMPLETIONS + 10 {
+            c.complete("s", &format!("stray-{i}"));
+        }
+        assert_eq!(c.inner.lock().unwrap().len(), KEPT_COMPLETIONS);
+        c.forget("s", "stray-0");
+        assert_eq!(c.inner.lock().unwrap().len(), KEPT_COMPLETIONS - 1);
+    }
 
     #[test]
     fn the_question_cache_is_bounded_and_forgets_the_oldest_first() {

@@ -17,6 +17,7 @@ both_http!(
     e6_a_detached_elicitation_answered_after_a_restart_resumes_the_agent_once,
     e3_questions_keep_the_order_of_the_schema,
     e1_elicitation_is_advertised_unless_the_profile_turns_it_off,
+    e7_a_link_the_agent_completes_is_answered_done,
 );
 
 /// The shape Claude Code's ACP adapter sends for AskUserQuestion.
@@ -80,22 +81,7 @@ async fn bundle(api: &Api, session: &str) -> Value {
 
 /// What the agent said it received, once it said it.
 async fn agent_result(api: &Api, session: &str) -> String {
-    let messages = api
-        .wait_for_message(session, "the elicitation's result", |m| {
-            m["content"]
-                .as_str()
-                .is_some_and(|c| c.starts_with("Elicitation result:"))
-        })
-        .await;
-    messages
-        .iter()
-        .find_map(|m| {
-            m["content"]
-                .as_str()
-                .filter(|c| c.starts_with("Elicitation result:"))
-        })
-        .unwrap()
-        .to_string()
+    api.agent_said(session, "Elicitation result:").await
 }
 
 async fn e2_e5_a_claude_shaped_form_is_a_bundle_and_its_answer_reaches_the_agent_typed(
@@ -442,17 +428,8 @@ async fn client_capabilities(api: &Api, profile: Option<&str>) -> Value {
         .await;
     assert_eq!(status, 200, "{task}");
     let session = task["primary_session_id"].as_str().unwrap();
-    let messages = api
-        .wait_for_message(session, "the agent's report", |m| {
-            m["content"]
-                .as_str()
-                .is_some_and(|c| c.starts_with("Client capabilities: "))
-        })
-        .await;
-    let said = messages
-        .iter()
-        .find_map(|m| m["content"].as_str()?.strip_prefix("Client capabilities: "))
-        .unwrap();
+    let said = api.agent_said(session, "Client capabilities: ").await;
+    let said = said.strip_prefix("Client capabilities: ").unwrap();
     serde_json::from_str(said).unwrap()
 }
 
@@ -516,5 +493,44 @@ async fn e1_elicitation_is_advertised_unless_the_profile_turns_it_off(url: Strin
     assert_eq!(mock["elicitation"], true, "{mock}");
     let caps = client_capabilities(&api, Some(&id)).await;
     assert!(caps["elicitation"]["form"].is_object(), "{caps}");
+    server.stop().await;
+}
+
+async fn e7_a_link_the_agent_completes_is_answered_done(url: String) {
+    let (server, api, task, session) = started(
+        &url,
+        "e2e:elicit-url-completed(\"https://example.org/device\")",
+    )
+    .await;
+    // The agent's `elicitation/complete` answers the link as "done", claimed like a click.
+    assert_eq!(
+        agent_result(&api, &session).await,
+        "Elicitation result: accept"
+    );
+    let b = bundle(&api, &session).await;
+    assert_eq!(b["status"], "answered", "{b}");
+    assert_eq!(b["response"]["answers"][0]["question_id"], "url", "{b}");
+    api.wait_for(
+        &format!("/api/v1/tasks/{task}"),
+        "the question to clear",
+        |t| t["task_pending_action"].is_null(),
+    )
+    .await;
+    // A later skip finds it answered and changes nothing.
+    let (_, r) = api
+        .respond(
+            b["pending_id"].as_str().unwrap(),
+            json!({ "rejected": true }),
+        )
+        .await;
+    assert_ne!(r["claimed"], true, "{r}");
+    let after = api
+        .get(&format!(
+            "/api/v1/clarifications/{}",
+            b["pending_id"].as_str().unwrap()
+        ))
+        .await
+        .1;
+    assert_eq!(after["response"], b["response"], "{after}");
     server.stop().await;
 }

@@ -46,20 +46,6 @@ async fn started(api: &Api, profile: &str, prompt: &str) -> String {
     task["primary_session_id"].as_str().unwrap().to_string()
 }
 
-/// What the agent said starting with `prefix`, once it said it.
-async fn said(api: &Api, session: &str, prefix: &str) -> String {
-    let messages = api
-        .wait_for_message(session, prefix, |m| {
-            m["content"].as_str().is_some_and(|c| c.starts_with(prefix))
-        })
-        .await;
-    messages
-        .iter()
-        .find_map(|m| m["content"].as_str().filter(|c| c.starts_with(prefix)))
-        .unwrap()
-        .to_string()
-}
-
 async fn e2_an_agent_on_the_official_sdk_gets_the_picked_label_back(url: String) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
@@ -90,7 +76,7 @@ async fn e2_an_agent_on_the_official_sdk_gets_the_picked_label_back(url: String)
         .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(
-        said(&api, &session, "Elicitation result:").await,
+        api.agent_said(&session, "Elicitation result:").await,
         r#"Elicitation result: {"action": "accept", "content": {"question_0": "SQLite"}}"#
     );
     server.stop().await;
@@ -118,7 +104,7 @@ async fn a3_an_agent_on_the_official_sdk_reaches_the_tool_over_mcp_stdio(url: St
         )
         .await;
     assert_eq!(status, 200, "{r}");
-    let result = said(&api, &session, "Tool result:").await;
+    let result = api.agent_said(&session, "Tool result:").await;
     assert!(result.contains(r#""selected_option":"lite""#), "{result}");
     server.stop().await;
 }

@@ -20,6 +20,7 @@ both_http!(
     a1_presets_list_the_known_agents_and_the_bundled_mock,
     a4_an_agent_that_needs_a_login_says_which_and_the_check_lists_it,
     a3_an_agent_without_http_mcp_asks_through_mcp_stdio,
+    a5_a_task_without_a_profile_runs_the_default_agent,
 );
 
 async fn profile(api: &Api, name: &str, command: &str, env: Value) -> String {
@@ -346,4 +347,47 @@ fn a3_mcp_stdio_without_its_environment_says_what_is_missing() {
         err.contains("TURNSTILE_MCP_URL and TURNSTILE_MCP_TOKEN must be set"),
         "{err}"
     );
+}
+
+async fn a5_a_task_without_a_profile_runs_the_default_agent(url: String) {
+    let server = TestServer::start_with(&url, |c| c.default_agent = "house agent".into()).await;
+    let api = Api::new(&server.base);
+    // Before the profile exists: refused, saying what is missing, and nothing is written.
+    let (status, r) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "default", "prompt": "hello" }),
+        )
+        .await;
+    assert_eq!(status, 409, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the default agent profile \"house agent\" does not exist"),
+        "{r}"
+    );
+    let (_, tasks) = api.get("/api/v1/tasks").await;
+    assert_eq!(tasks["tasks"].as_array().map(Vec::len), Some(0), "{tasks}");
+    // With it, a task created without a profile runs it.
+    let id = profile(&api, "house agent", "/nonexistent/house-agent", json!({})).await;
+    let (status, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "default", "prompt": "hello" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{task}");
+    let (_, sessions) = api
+        .get(&format!(
+            "/api/v1/tasks/{}/sessions",
+            task["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(
+        sessions["sessions"][0]["agent_profile_id"],
+        id.as_str(),
+        "{sessions}"
+    );
+    server.stop().await;
 }

@@ -5,10 +5,10 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::{
     self,
     schema::{
-        CancelNotification, ClientCapabilities, ContentBlock, ElicitationCapabilities,
-        ElicitationFormCapabilities, ElicitationUrlCapabilities, EnvVariable, HttpHeader,
-        Implementation, InitializeRequest, LoadSessionRequest, McpServer, McpServerHttp,
-        McpServerStdio, NewSessionRequest, PromptRequest, RequestPermissionOutcome,
+        CancelNotification, ClientCapabilities, CompleteElicitationNotification, ContentBlock,
+        ElicitationCapabilities, ElicitationFormCapabilities, ElicitationUrlCapabilities,
+        EnvVariable, HttpHeader, Implementation, InitializeRequest, LoadSessionRequest, McpServer,
+        McpServerHttp, McpServerStdio, NewSessionRequest, PromptRequest, RequestPermissionOutcome,
         RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
         SessionNotification, SessionUpdate,
     },
@@ -95,6 +95,8 @@ pub enum AgentEvent {
     Permission(PermissionAsk),
     /// The agent asks through ACP elicitation (E2).
     Elicitation(ElicitationAsk),
+    /// E7: the agent says the user completed the link of this elicitation id.
+    ElicitationComplete(String),
     /// A `session/prompt` finished with its stop reason, or failed.
     PromptDone(Result<String, PromptFailure>),
     /// The agent process or its connection ended.
@@ -186,6 +188,7 @@ pub async fn launch(
     let updates = events.clone();
     let permissions = events.clone();
     let elicitations = events.clone();
+    let completions = events.clone();
     let exited = events.clone();
     let marked = events.clone();
     let ours = relay.clone();
@@ -214,6 +217,15 @@ pub async fn launch(
                     // Bounded: a chatty agent waits for the worker instead of growing memory.
                     let _ = updates.send(event).await;
                 }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_notification(
+            async move |n: CompleteElicitationNotification, _cx: v1::ConnectionTo<Agent>| {
+                let _ = completions
+                    .send(AgentEvent::ElicitationComplete(n.elicitation_id.0.to_string()))
+                    .await;
                 Ok(())
             },
             agent_client_protocol::on_receive_notification!(),

@@ -31,13 +31,15 @@ pub enum AskOutcome {
 
 /// Writes the bundle (or, when an identical one is active, takes over its wait, L8), then
 /// waits for its answer.
-/// `progress` is called every keepalive interval (L7).
+/// `progress` is called every keepalive interval (L7); `written` gets the bundle's pending id
+/// once it is written (E7: a link the agent completes is answered through it).
 pub async fn ask_and_wait<P, F>(
     state: &AppState,
     session: &SessionRecord,
     ask: Ask,
     cancelled: CancellationToken,
     mut progress: P,
+    written: Option<oneshot::Sender<String>>,
 ) -> AskOutcome
 where
     P: FnMut(u32) -> F + Send,
@@ -89,6 +91,9 @@ where
             return AskOutcome::Failed(e.into());
         }
     };
+    if let Some(written) = written {
+        let _ = written.send(pending_id.clone());
+    }
     let keepalive = state.runtime.config.ask_keepalive;
     let deadline = tokio::time::sleep(state.runtime.config.ask_timeout);
     tokio::pin!(deadline);

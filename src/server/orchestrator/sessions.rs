@@ -63,12 +63,27 @@ pub async fn launch_spec(
     session: &SessionRecord,
 ) -> Result<(LaunchSpec, String), WorkerError> {
     let profile = match &session.agent_profile_id {
-        Some(id) => state.repo.get_agent_profile(id).await?,
-        None => state.repo.get_agent_profile_by_name(MOCK_PROFILE).await?,
-    }
-    .ok_or(AgentError::from(
-        "the session's agent profile no longer exists",
-    ))?;
+        Some(id) => state
+            .repo
+            .get_agent_profile(id)
+            .await?
+            .ok_or(AgentError::from(
+                "the session's agent profile no longer exists",
+            ))?,
+        // A5: a session created without a profile runs the server's default agent.
+        None => {
+            let name = &state.runtime.config.default_agent;
+            state
+                .repo
+                .get_agent_profile_by_name(name)
+                .await?
+                .ok_or_else(|| {
+                    AgentError(format!(
+                        "the default agent profile {name:?} does not exist (--default-agent)"
+                    ))
+                })?
+        }
+    };
     let is_mock = profile.name == MOCK_PROFILE;
     let command = if is_mock {
         state.runtime.config.mock_agent.clone()
@@ -101,6 +116,23 @@ pub async fn launch_spec(
         groups: state.runtime.agent_groups.clone(),
     };
     Ok((spec, hash))
+}
+
+/// A5: the profile of a session created without one: the server's `--default-agent`.
+pub async fn default_agent(
+    state: &AppState,
+) -> Result<crate::server::repo::AgentProfileRecord, AppError> {
+    let name = &state.runtime.config.default_agent;
+    state
+        .repo
+        .get_agent_profile_by_name(name)
+        .await?
+        .ok_or_else(|| {
+            AppError::Conflict(format!(
+                "the default agent profile {name:?} does not exist (--default-agent); \
+                 add it or name a profile"
+            ))
+        })
 }
 
 /// At the cap with every agent busy, a new session is refused before anything is written.
@@ -156,15 +188,13 @@ pub async fn create_session(
         return Err(AppError::NotFound(format!("task {task_id}")));
     }
     let profile = match &agent_profile_id {
-        Some(id) => state.repo.get_agent_profile(id).await?,
-        None => state.repo.get_agent_profile_by_name(MOCK_PROFILE).await?,
-    }
-    .ok_or_else(|| {
-        AppError::BadRequest(format!(
-            "unknown agent_profile_id {:?}",
-            agent_profile_id.unwrap_or_default()
-        ))
-    })?;
+        Some(id) => state
+            .repo
+            .get_agent_profile(id)
+            .await?
+            .ok_or_else(|| AppError::BadRequest(format!("unknown agent_profile_id {id:?}")))?,
+        None => default_agent(state).await?,
+    };
     let existing = state.repo.list_sessions(task_id).await?.len();
     let session = state
         .repo

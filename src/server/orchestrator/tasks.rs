@@ -43,6 +43,8 @@ pub async fn create_task(state: &AppState, input: CreateTask) -> Result<Task, Ap
                 .await?
                 .ok_or_else(|| bad(format!("unknown agent_profile_id {id:?}")))?,
         ),
+        // A5: a task that starts an agent without naming one gets the server's default.
+        None if input.prompt.is_some() => Some(super::sessions::default_agent(state).await?),
         None => None,
     };
     let workflow = match &input.workflow_id {

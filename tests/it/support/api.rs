@@ -109,6 +109,37 @@ impl Api {
         )
     }
 
+    /// The agent's row that starts with `prefix`, once all of it is written: the agent streams
+    /// a reply in chunks, so the row is read when a later row follows it or its turn ended.
+    pub async fn agent_said(&self, session: &str, prefix: &str) -> String {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let messages = self.messages(session).await;
+            let found = messages.iter().position(|m| {
+                m["author"] == "agent"
+                    && m["content"].as_str().is_some_and(|c| c.starts_with(prefix))
+            });
+            if let Some(i) = found {
+                let row = &messages[i];
+                let ended = i + 1 < messages.len() || {
+                    let (_, turns) = self.get(&format!("/api/v1/sessions/{session}/turns")).await;
+                    turns["turns"].as_array().is_some_and(|t| {
+                        t.iter()
+                            .any(|t| t["id"] == row["turn_id"] && t["completed_at"].is_string())
+                    })
+                };
+                if ended {
+                    return row["content"].as_str().unwrap_or_default().to_string();
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for the agent to say {prefix:?}: {messages:#?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// `DELETE path`: its status.
     pub async fn delete(&self, path: &str) -> reqwest::StatusCode {
         self.client

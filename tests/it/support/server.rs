@@ -117,6 +117,7 @@ impl TestServer {
             self_url: format!("http://{addr}"),
             mock_agent: env!("CARGO_BIN_EXE_mock_agent").into(),
             server_exe: env!("CARGO_BIN_EXE_turnstile").into(),
+            default_agent: "mock".into(),
             workdir: temp_dir("workspace"),
             ask_keepalive: std::time::Duration::from_secs(20),
             ask_timeout: std::time::Duration::from_secs(7200),

@@ -5,9 +5,11 @@
 pub mod schema;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::asking::{AskOutcome, ask_and_wait};
+use super::respond::{RespondBody, respond};
+use crate::model::Answer;
 use crate::server::runtime::Elicitation;
 use crate::server::state::AppState;
 use schema::{Elicited, cancelled, form_ask, result, url_ask};
@@ -62,17 +64,49 @@ async fn ask(state: &AppState, elicitation: Elicitation) {
         }
     };
     let stop = state.shutdown.child_token();
+    // E7: a link the agent may complete itself (`elicitation/complete` for its id).
+    let link = (ask.request.get("mode").and_then(Value::as_str) == Some("url"))
+        .then(|| ask.request.get("elicitationId").and_then(Value::as_str))
+        .flatten()
+        .map(str::to_string);
+    let mut completed = link
+        .as_deref()
+        .map(|id| state.runtime.completions.wait(&session_id, id));
     let mut reply = ask.reply;
-    let wait = ask_and_wait(state, &session, elicited.ask, stop.clone(), |_| async {});
+    let (written, mut pending_id) = oneshot::channel();
+    let wait = ask_and_wait(
+        state,
+        &session,
+        elicited.ask,
+        stop.clone(),
+        |_| async {},
+        Some(written),
+    );
     tokio::pin!(wait);
-    // E5: the agent withdrew its request or is gone (the other end of `reply` dropped): the
-    // wait stops as a cancelled tool call's does and the question is detached (L9).
+    let mut pending: Option<String> = None;
+    let mut heard = false;
     let outcome = loop {
         tokio::select! {
             outcome = &mut wait => break outcome,
+            // E5: the agent withdrew its request or is gone (the other end of `reply`
+            // dropped): the wait stops as a cancelled tool call's does and the question is
+            // detached (L9).
             _ = reply.closed(), if !stop.is_cancelled() => stop.cancel(),
+            id = &mut pending_id, if pending.is_none() && !heard => {
+                heard = true;
+                pending = id.ok();
+            }
+            done = async { completed.as_mut().expect("guarded").await }, if completed.is_some() && pending.is_some() => {
+                completed = None;
+                if done.is_ok() {
+                    answer_done(state, pending.as_deref().expect("guarded")).await;
+                }
+            }
         }
     };
+    if let Some(id) = &link {
+        state.runtime.completions.forget(&session_id, id);
+    }
     let answer = match outcome {
         AskOutcome::Answered(response) => result(&elicited.fields, &response),
         // E5: detached, superseded, ended or failed: the agent goes on without an answer; a
@@ -80,6 +114,23 @@ async fn ask(state: &AppState, elicitation: Elicitation) {
         AskOutcome::Detached(_) | AskOutcome::Ended(_) | AskOutcome::Failed(_) => cancelled(),
     };
     let _ = reply.send(Ok(answer));
+}
+
+/// E7: the agent completed the link: answered "done" as the user's click would be, claimed
+/// like any answer (L13); a question answered or gone meanwhile keeps its answer.
+async fn answer_done(state: &AppState, pending_id: &str) {
+    let body = RespondBody {
+        answers: Some(vec![Answer {
+            question_id: schema::LINK_QUESTION.into(),
+            selected_options: vec![],
+            custom_text: None,
+        }]),
+        rejected: None,
+        reject_reason: None,
+    };
+    if let Err(e) = respond(state, pending_id, body).await {
+        tracing::info!(pending_id, error = %e, "a completed link was not answered");
+    }
 }
 
 /// The questions of an `elicitation/create` request, by its mode.

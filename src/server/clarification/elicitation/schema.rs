@@ -137,6 +137,9 @@ pub fn form_ask(message: &str, schema: &Value) -> Result<Elicited, String> {
     })
 }
 
+/// The id of a URL elicitation's one question.
+pub const LINK_QUESTION: &str = "url";
+
 /// E7: a URL elicitation as one link question. Only `http` and `https` links are shown.
 pub fn url_ask(message: &str, url: &str) -> Result<Elicited, String> {
     at_most("message", message, limits::ASK_PROMPT_CHARS)?;
@@ -154,7 +157,7 @@ pub fn url_ask(message: &str, url: &str) -> Result<Elicited, String> {
         message.to_string()
     };
     let question = Question {
-        id: "url".into(),
+        id: LINK_QUESTION.into(),
         title: None,
         prompt,
         options: vec![],

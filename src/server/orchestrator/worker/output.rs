@@ -138,6 +138,13 @@ impl Worker {
                 }
                 Ok(())
             }
+            AgentEvent::ElicitationComplete(id) => {
+                self.state
+                    .runtime
+                    .completions
+                    .complete(&self.session_id, &id);
+                Ok(())
+            }
             AgentEvent::PromptDone(result) => {
                 self.finish_turn(result).await;
                 Ok(())
