@@ -295,12 +295,15 @@ async fn e5_an_elicitation_the_agent_withdraws_is_detached_and_its_answer_resume
     // order of the two (a turn that ended first would rightly refuse the question, L6).
     let script = format!("e2e:elicit-cancelled({})\ne2e:permission()", claude_form());
     let (server, api, task, session) = started(&url, &script).await;
-    // The agent's `$/cancel_request` is answered with the JSON-RPC cancellation error.
-    let result = agent_result(&api, &session).await;
-    assert!(
-        result.starts_with("Elicitation result: error") && result.to_lowercase().contains("cancel"),
-        "{result}"
-    );
+    // The agent's `$/cancel_request` is answered with the JSON-RPC cancellation error. (Its
+    // reply streams in chunks while the question's row is written by another task, so the
+    // test waits for the whole sentence rather than for a row after it.)
+    api.wait_for_message(&session, "the agent told its request was cancelled", |m| {
+        m["content"].as_str().is_some_and(|c| {
+            c.starts_with("Elicitation result: error") && c.to_lowercase().contains("cancel")
+        })
+    })
+    .await;
     let pending_id = bundle(&api, &session).await["pending_id"]
         .as_str()
         .unwrap()

@@ -71,18 +71,9 @@ pub async fn launch_spec(
                 "the session's agent profile no longer exists",
             ))?,
         // A5: a session created without a profile runs the server's default agent.
-        None => {
-            let name = &state.runtime.config.default_agent;
-            state
-                .repo
-                .get_agent_profile_by_name(name)
-                .await?
-                .ok_or_else(|| {
-                    AgentError(format!(
-                        "the default agent profile {name:?} does not exist (--default-agent)"
-                    ))
-                })?
-        }
+        None => default_agent(state)
+            .await
+            .map_err(|e| AgentError(e.to_string()))?,
     };
     let is_mock = profile.name == MOCK_PROFILE;
     let command = if is_mock {

@@ -74,19 +74,7 @@ impl Api {
         path: &str,
         body: serde_json::Value,
     ) -> (reqwest::StatusCode, serde_json::Value) {
-        let r = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .json(&body)
-            .send()
-            .await
-            .expect("POST");
-        let status = r.status();
-        let text = r.text().await.unwrap_or_default();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
-        )
+        self.send(reqwest::Method::POST, path, body).await
     }
 
     pub async fn patch(
@@ -94,13 +82,23 @@ impl Api {
         path: &str,
         body: serde_json::Value,
     ) -> (reqwest::StatusCode, serde_json::Value) {
+        self.send(reqwest::Method::PATCH, path, body).await
+    }
+
+    /// `method path` with a JSON body: the status and the JSON answer (`Null` when none).
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (reqwest::StatusCode, serde_json::Value) {
         let r = self
             .client
-            .patch(format!("{}{path}", self.base))
+            .request(method.clone(), format!("{}{path}", self.base))
             .json(&body)
             .send()
             .await
-            .expect("PATCH");
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         let status = r.status();
         let text = r.text().await.unwrap_or_default();
         (
@@ -111,6 +109,8 @@ impl Api {
 
     /// The agent's row that starts with `prefix`, once all of it is written: the agent streams
     /// a reply in chunks, so the row is read when a later row follows it or its turn ended.
+    /// (A question's row is written by another task and may follow a reply still streaming:
+    /// a turn that asks goes on waiting for the whole text instead.)
     pub async fn agent_said(&self, session: &str, prefix: &str) -> String {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
         loop {
