@@ -102,7 +102,12 @@ pub enum Point {
     TakingOver,
     /// Before a server records its heartbeat; the key is the server id.
     Beat,
+    /// Before a profile's check starts its agent (A2); the key is the profile id.
     ProfileCheck,
+    /// The agent withdrew its elicitation (`$/cancel_request`) and its client now waits for
+    /// the question to be recorded and detached before it answers (E5); the key is the
+    /// session id.
+    WithdrawnWaits,
 }
 
 #[cfg(feature = "test-hooks")]
@@ -139,6 +144,7 @@ impl Point {
             Point::TakingOver => "taking-over",
             Point::Beat => "beat",
             Point::ProfileCheck => "checking-a-profile",
+            Point::WithdrawnWaits => "withdrawn-waits",
         }
     }
 }

@@ -148,10 +148,9 @@ pub async fn build_state(
     {
         crate::server::clarification::elicitation::serve(state.clone(), queue);
     }
-    // N3: turns recovery completed run (or defer) their step action like any completion.
-    for t in &closed.turns {
-        workflow::turn_completed(&state, &t.session_id, &t.task_id, &t.turn_id).await;
-    }
+    // N3: turns recovery completed, and turns whose server stopped before their step action,
+    // run (or defer) it like any completion.
+    workflow::run_due(&state, None).await;
     // P3: queues died with the old process; their counts go back to zero. P4: the closed
     // sessions wait for input now, which their tasks' activity shows.
     for task_id in closed.tasks {

@@ -804,7 +804,13 @@ async fn n3_repository_error_keeps_the_workflow_closed(url: String) {
         .as_str()
         .unwrap()
         .to_string();
-    // The authority cannot answer: the guard fails closed and the action waits (deferred).
+    // The turn's action is due again, as a completion leaves it; the authority cannot answer:
+    // the guard fails closed and the action waits (deferred).
+    support::raw_exec(
+        &url,
+        &format!("UPDATE turns SET workflow_due = TRUE WHERE id = '{turn}'"),
+    )
+    .await;
     support::raw_exec(
         &url,
         "ALTER TABLE clarification_bundles RENAME TO clarification_bundles_away",

@@ -6,6 +6,7 @@ use crate::support;
 
 use serde_json::{Value, json};
 use support::{Api, BinaryServer, TestServer};
+use turnstile::server::hooks::Point;
 
 both_http!(
     e2_e5_a_claude_shaped_form_is_a_bundle_and_its_answer_reaches_the_agent_typed,
@@ -294,16 +295,34 @@ async fn e5_an_elicitation_the_agent_withdraws_is_detached_and_its_answer_resume
     // until this test answers it: the question is written in a current turn whatever the
     // order of the two (a turn that ended first would rightly refuse the question, L6).
     let script = format!("e2e:elicit-cancelled({})\ne2e:permission()", claude_form());
-    let (server, api, task, session) = started(&url, &script).await;
-    // The agent's `$/cancel_request` is answered with the JSON-RPC cancellation error. (Its
-    // reply streams in chunks while the question's row is written by another task, so the
-    // test waits for the whole sentence rather than for a row after it.)
-    api.wait_for_message(&session, "the agent told its request was cancelled", |m| {
-        m["content"].as_str().is_some_and(|c| {
-            c.starts_with("Elicitation result: error") && c.to_lowercase().contains("cancel")
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    // Forced: the question's write is held until the agent's withdrawal reached its client
+    // (the window in which the agent used to be told "cancelled" before its question was
+    // recorded, so its reply came first and was split around the question's row).
+    support::hold_nth_until(&server, Point::AskSync, 1, Point::WithdrawnWaits);
+    let (task, session) = api.start_task(&script).await;
+    // The agent's `$/cancel_request` is answered with the JSON-RPC cancellation error, only
+    // once its question is recorded: what the agent says next follows the question.
+    let messages = api
+        .wait_for_message(&session, "the agent told its request was cancelled", |m| {
+            m["content"].as_str().is_some_and(|c| {
+                c.starts_with("Elicitation result: error") && c.to_lowercase().contains("cancel")
+            })
         })
-    })
-    .await;
+        .await;
+    let kinds: Vec<(&str, &str)> = messages
+        .iter()
+        .filter(|m| m["author"] == "agent")
+        .map(|m| (m["kind"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .take(2)
+        .collect();
+    assert!(
+        kinds.len() == 2
+            && kinds[0].0 == "clarification_request"
+            && kinds[1].1.starts_with("Elicitation result: error"),
+        "the question, then the agent's whole reply: {kinds:?}"
+    );
     let pending_id = bundle(&api, &session).await["pending_id"]
         .as_str()
         .unwrap()

@@ -30,6 +30,7 @@ both_http!(
     d9_n6_a_permission_dies_with_its_agent,
     d10_p3_queued_prompts_last_error_and_the_primary_session_are_in_the_summary,
     d10_n3_a_turn_completed_by_start_up_recovery_runs_its_step_action,
+    d16_n3_a_step_action_cut_off_by_a_crash_runs_once_after_the_restart,
     d10_several_selected_options_reach_the_agent_live,
     d11_script_lines_go_on_after_an_ask_timeout,
     d12_l18_a_prompt_never_starts_while_an_answer_is_owed,
@@ -1432,6 +1433,61 @@ async fn d10_n3_a_turn_completed_by_start_up_recovery_runs_its_step_action(url: 
     assert_eq!(
         t["step_id"], wf["steps"][1]["id"],
         "the recovered turn moved the task once"
+    );
+    again.stop().await;
+}
+
+/// Defect 16: a turn's completion and its step action were two writes; a server that died
+/// between them (its turn completed, its action not yet run) lost the action for good, since
+/// recovery runs the actions of the turns it completes itself. The completion now records the
+/// action as due in the same statement, the action takes it by compare-and-set, and start-up
+/// runs what is still due (N3, I6). Forced: the first server's worker is held right after the
+/// completion and the server stops; the held worker is let go only after the restart moved
+/// the task, and moves nothing more.
+async fn d16_n3_a_step_action_cut_off_by_a_crash_runs_once_after_the_restart(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let wf = three_step_workflow(&api).await;
+    let (arrived, go) = pause_at(&server, Point::StepGuard);
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "t", "workflow_id": wf["id"], "prompt": "e2e:message(\"done\")" }),
+        )
+        .await;
+    let (task_id, session) = (
+        task["id"].as_str().unwrap().to_string(),
+        task["primary_session_id"].as_str().unwrap().to_string(),
+    );
+    arrived.acquire().await.unwrap().forget();
+    let first = server.state.clone();
+    server.stop().await;
+    let again = TestServer::start(&url).await;
+    let api = Api::new(&again.base);
+    api.wait_for(&format!("/api/v1/tasks/{task_id}"), "step B", |t| {
+        t["step_id"] == wf["steps"][1]["id"]
+    })
+    .await;
+    // The held action of the first server wakes up late: it finds nothing due.
+    let turn = again.state.repo.list_turns(&session).await.unwrap()[0]
+        .id
+        .clone();
+    first.hooks.clear(Point::StepGuard);
+    go.add_permits(1);
+    assert!(
+        !turnstile::server::orchestrator::workflow::turn_completed(
+            &again.state,
+            &session,
+            &task_id,
+            &turn
+        )
+        .await,
+        "a second run of the same turn's action moves nothing"
+    );
+    assert_eq!(
+        settled_step(&again, &api, &task_id, &session).await,
+        wf["steps"][1]["id"],
+        "the task moved once"
     );
     again.stop().await;
 }

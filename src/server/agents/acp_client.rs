@@ -74,6 +74,9 @@ pub struct PermissionAsk {
 pub struct ElicitationAsk {
     pub request: serde_json::Value,
     pub reply: oneshot::Sender<Result<serde_json::Value, String>>,
+    /// The agent withdrew the request (E5); `reply` is still awaited, and the agent is told
+    /// the request was cancelled once it comes (or is dropped).
+    pub withdrawn: tokio_util::sync::CancellationToken,
 }
 
 #[derive(Debug)]
@@ -193,6 +196,7 @@ pub async fn launch(
     let marked = events.clone();
     let ours = relay.clone();
     let (hooks, session_key) = (spec.hooks.clone(), spec.session_id.clone());
+    let (elicit_hooks, elicit_key) = (hooks.clone(), session_key.clone());
     let driver = Client
         .v1()
         .name("turnstile")
@@ -281,18 +285,25 @@ pub async fn launch(
                         cx: v1::ConnectionTo<Agent>| {
                 let (reply, answer) = oneshot::channel();
                 let request = req.0;
+                let withdrawn = tokio_util::sync::CancellationToken::new();
                 let _ = elicitations
-                    .send(AgentEvent::Elicitation(ElicitationAsk { request, reply }))
+                    .send(AgentEvent::Elicitation(ElicitationAsk { request, reply, withdrawn: withdrawn.clone() }))
                     .await;
-                let withdrawn = responder.cancellation();
+                let cancel_request = responder.cancellation();
+                let (hooks, session_key) = (elicit_hooks.clone(), elicit_key.clone());
                 // Waiting happens outside the dispatch loop, which must keep running.
                 cx.spawn(async move {
-                    // E5: the agent withdrew its request (`$/cancel_request`). Dropping `answer`
-                    // tells the asking side, which detaches the question (L9); the agent gets
-                    // the JSON-RPC "request cancelled" error.
+                    tokio::pin!(answer);
                     let answer = tokio::select! {
-                        answer = answer => answer,
-                        _ = withdrawn.cancelled() => {
+                        answer = &mut answer => answer,
+                        _ = cancel_request.cancelled() => {
+                            // E5: the agent withdrew its request (`$/cancel_request`). The
+                            // asking side detaches the question (L9), and only then is the
+                            // agent told "request cancelled": whatever it says next follows
+                            // the question in the transcript.
+                            withdrawn.cancel();
+                            hooks.run(Point::WithdrawnWaits, &session_key).await;
+                            let _ = answer.await;
                             if let Err(e) = responder.respond_with_error(agent_client_protocol::Error::request_cancelled()) {
                                 tracing::warn!(error = ?e, "elicitation reply failed");
                             }

@@ -110,20 +110,9 @@ pub async fn settle_claims(
     Ok(settled)
 }
 
-/// A turn start-up recovery completed: its step action runs (or is deferred) like any other
-/// completion's (N3), once the application state exists.
-#[derive(Debug, PartialEq)]
-pub struct CompletedTurn {
-    pub session_id: String,
-    pub task_id: String,
-    pub turn_id: String,
-}
-
 /// What [`recover_sessions`] did.
 #[derive(Debug, Default)]
 pub struct RecoveredSessions {
-    /// The open turns it completed: their step actions run once the state exists (N3).
-    pub turns: Vec<CompletedTurn>,
     /// The task of every session it closed: each summary is refreshed (P3, P4), since a
     /// session that only moved to `waiting_for_input` changes its task's activity too.
     pub tasks: std::collections::BTreeSet<String>,
@@ -148,22 +137,15 @@ pub async fn recover_sessions_except(
         if keep.contains(&s.id) {
             continue;
         }
-        let closed = close_session(repo, &s, now).await?;
-        out.turns
-            .extend(closed.turns.into_iter().map(|turn_id| CompletedTurn {
-                session_id: s.id.clone(),
-                task_id: s.task_id.clone(),
-                turn_id,
-            }));
+        close_session(repo, &s, now).await?;
         out.tasks.insert(s.task_id.clone());
     }
     Ok(out)
 }
 
-/// What [`close_session`] changed.
+/// What [`close_session`] changed. The open turns it completed are left with their step
+/// actions due (N3): the caller runs them once the application state exists.
 pub(super) struct Closed {
-    /// Open turns it completed.
-    pub turns: Vec<String>,
     /// Bundles it detached (L9: still answerable).
     pub detached: Vec<String>,
     /// The session after its move to `waiting_for_input`, when it moved.
@@ -179,13 +161,11 @@ pub(super) async fn close_session(
     now: Micros,
 ) -> RepoResult<Closed> {
     let mut closed = Closed {
-        turns: Vec::new(),
         detached: Vec::new(),
         moved: None,
     };
     for turn in repo.complete_open_turns(&s.id, now).await? {
         closed.detached.extend(repo.detach_turn(&turn).await?);
-        closed.turns.push(turn);
     }
     closed.detached.extend(repo.detach_session(&s.id).await?);
     // The prompts queued behind its turn were in its server's memory (P3).

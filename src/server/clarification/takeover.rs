@@ -59,11 +59,9 @@ async fn take_over(state: &AppState, session_id: &str) -> RepoResult<()> {
         publish::permission_resolved(state, &p);
     }
     let mut detached = Vec::new();
-    let mut completed = Vec::new();
     if !session.state.is_terminal() {
         let closed = recovery::close_session(repo, &session, now).await?;
         detached.extend(closed.detached);
-        completed = closed.turns;
         if let Some(s) = closed.moved {
             publish::session_state_changed(state, &s).await;
         }
@@ -71,9 +69,8 @@ async fn take_over(state: &AppState, session_id: &str) -> RepoResult<()> {
     if !detached.is_empty() {
         publish::bundles_by_id(state, publish::BundleEvent::Detached, &detached).await;
     }
-    for turn in &completed {
-        workflow::turn_completed(state, session_id, &session.task_id, turn).await;
-    }
+    // N3: the turns closed here, and any whose step action the dead server did not run.
+    workflow::run_due(state, Some(session_id)).await;
     if let Err(e) = refresh_task(state, &session.task_id, Scope::Full).await {
         tracing::warn!(session_id, error = %e, "summary refresh after a takeover failed");
     }

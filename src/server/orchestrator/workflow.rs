@@ -91,7 +91,7 @@ pub async fn turn_completed(
     // Each round either moves, finds nothing to do, or defers; a question that comes or goes
     // between the two guarded statements makes one more round.
     for _ in 0..3 {
-        match advance(state, task_id, session_id).await {
+        match advance(state, task_id, session_id, turn_id).await {
             Ok(StepMove::Moved) => return true,
             Ok(StepMove::NotThere) => return false,
             Ok(StepMove::Blocked) => match state.repo.defer_while_active(turn_id).await {
@@ -140,19 +140,61 @@ pub async fn barrier_released(
     }
 }
 
-/// Moves the task to the next step if its step says so (N3): guarded by "no active question"
-/// and a compare-and-set from the step it was in, so two completions racing cannot move it
-/// twice. `NotThere` also when the step has no action.
+/// Runs the step actions still due (N3/I6) — of one session, or of all at start-up: a server
+/// that stopped between a turn's completion and its action left them. Each is taken by
+/// compare-and-set, so one racing its own turn's worker runs once.
+pub async fn run_due(state: &AppState, session_id: Option<&str>) {
+    match state.repo.due_workflows(session_id).await {
+        Ok(due) => {
+            for (turn_id, session_id, task_id) in due {
+                turn_completed(state, &session_id, &task_id, &turn_id).await;
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read the step actions still due"),
+    }
+}
+
+/// Moves the task to the next step if its step says so (N3): taken from the due turn and
+/// guarded by "no active question" and a compare-and-set from the step it was in, so two
+/// completions racing cannot move it twice. `NotThere` (settled) also when the step has no
+/// action.
 async fn advance(
     state: &AppState,
     task_id: &str,
     session_id: &str,
+    turn_id: &str,
 ) -> Result<StepMove, crate::server::repo::RepoError> {
-    let Some(task) = state.repo.get_task(task_id).await? else {
+    let Some((step_id, next)) = next_step(state, task_id).await? else {
+        state.repo.settle_workflow(turn_id).await?;
         return Ok(StepMove::NotThere);
     };
+    let moved = state
+        .repo
+        .advance_step(
+            turn_id,
+            task_id,
+            session_id,
+            &step_id,
+            &next,
+            state.clock.now(),
+        )
+        .await?;
+    if moved == StepMove::Moved {
+        publish::task_updated(state, task_id).await;
+    }
+    Ok(moved)
+}
+
+/// The task's step and the one its `move_to_next` action leads to, if it has one.
+async fn next_step(
+    state: &AppState,
+    task_id: &str,
+) -> Result<Option<(String, String)>, crate::server::repo::RepoError> {
+    let Some(task) = state.repo.get_task(task_id).await? else {
+        return Ok(None);
+    };
     let (Some(workflow_id), Some(step_id)) = (&task.workflow_id, &task.step_id) else {
-        return Ok(StepMove::NotThere);
+        return Ok(None);
     };
     let Some(workflow) = state
         .repo
@@ -161,23 +203,16 @@ async fn advance(
         .into_iter()
         .find(|w| &w.workflow.id == workflow_id)
     else {
-        return Ok(StepMove::NotThere);
+        return Ok(None);
     };
     let Some(pos) = workflow.steps.iter().position(|s| &s.id == step_id) else {
-        return Ok(StepMove::NotThere);
+        return Ok(None);
     };
     if workflow.steps[pos].on_turn_complete.as_deref() != Some(MOVE_TO_NEXT) {
-        return Ok(StepMove::NotThere);
+        return Ok(None);
     }
-    let Some(next) = workflow.steps.get(pos + 1) else {
-        return Ok(StepMove::NotThere);
-    };
-    let moved = state
-        .repo
-        .advance_step(task_id, session_id, step_id, &next.id, state.clock.now())
-        .await?;
-    if moved == StepMove::Moved {
-        publish::task_updated(state, task_id).await;
-    }
-    Ok(moved)
+    Ok(workflow
+        .steps
+        .get(pos + 1)
+        .map(|next| (step_id.clone(), next.id.clone())))
 }

@@ -258,7 +258,7 @@ where
 
     async fn complete_open_turns(&self, session_id: &str, at: Micros) -> RepoResult<Vec<String>> {
         Ok(sqlx::query_scalar::<DB, String>(
-            "UPDATE turns SET completed_at = $2 \
+            "UPDATE turns SET completed_at = $2, workflow_due = TRUE \
              WHERE session_id = $1 AND completed_at IS NULL AND reservation <> 'attempted' RETURNING id",
         )
         .bind(session_id)

@@ -116,7 +116,8 @@ where
 
     async fn complete_turn(&self, turn_id: &str, at: Micros) -> RepoResult<bool> {
         let done = sqlx::query::<DB>(
-            "UPDATE turns SET completed_at = $2 WHERE id = $1 AND completed_at IS NULL",
+            "UPDATE turns SET completed_at = $2, workflow_due = TRUE \
+             WHERE id = $1 AND completed_at IS NULL",
         )
         .bind(turn_id)
         .bind(at)

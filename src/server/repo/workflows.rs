@@ -18,11 +18,24 @@ pub trait WorkflowStore: Send + Sync {
 
     async fn default_workflow(&self) -> RepoResult<Option<WorkflowView>>;
 
-    /// The completion of `turn_id` found an active question: its step action waits.
+    /// The completion of `turn_id` could not decide its step action: it waits as deferred
+    /// (if it is still due).
     async fn defer_workflow(&self, turn_id: &str) -> RepoResult<bool>;
 
-    /// Takes the deferred step action of `turn_id` (compare-and-set: at most once).
+    /// Takes the deferred step action of `turn_id` (compare-and-set: at most once) and makes
+    /// it due again.
     async fn take_deferred_workflow(&self, turn_id: &str) -> RepoResult<bool>;
+
+    /// The due step action of `turn_id` has nothing to do (compare-and-set); false when it
+    /// was not due.
+    async fn settle_workflow(&self, turn_id: &str) -> RepoResult<bool>;
+
+    /// The completed turns whose step action is still due (`(turn, session, task)`), of one
+    /// session or of all: a server that stopped between a completion and its action left them.
+    async fn due_workflows(
+        &self,
+        session_id: Option<&str>,
+    ) -> RepoResult<Vec<(String, String, String)>>;
 
     /// Moves the task from step `from` to step `to`; false when it is no longer on `from`.
     async fn move_task_step(
@@ -33,11 +46,13 @@ pub trait WorkflowStore: Send + Sync {
         at: Micros,
     ) -> RepoResult<bool>;
 
-    /// N3/I6: a completed turn's step action — the task from `from` to `to` — only while
-    /// session `session_id` has no active question (guarded in the statement that moves it,
-    /// after the session lock).
+    /// N3/I6: the step action of `turn_id` — the task from `from` to `to` — only while it is
+    /// due (taken in the same transaction: at most once) and session `session_id` has no
+    /// active question (guarded in the statement that moves it, after the session lock).
+    /// Blocked leaves it due; NotThere settles it.
     async fn advance_step(
         &self,
+        turn_id: &str,
         task_id: &str,
         session_id: &str,
         from: &str,
@@ -45,9 +60,9 @@ pub trait WorkflowStore: Send + Sync {
         at: Micros,
     ) -> RepoResult<StepMove>;
 
-    /// N3: defers the step action of `turn_id` only while its session has an active question
-    /// (guarded in the statement, after the session lock); false when none is active any more
-    /// (the action can run now) or it is deferred already.
+    /// N3: defers the due step action of `turn_id` only while its session has an active
+    /// question (guarded in the statement, after the session lock); false when none is active
+    /// any more (the action can run now) or it is not due (deferred or run already).
     async fn defer_while_active(&self, turn_id: &str) -> RepoResult<bool>;
 }
 
@@ -75,6 +90,7 @@ where
     for<'r> WorkflowStepRecord: FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (String,): FromRow<'r, DB::Row>,
+    for<'r> (String, String, String): FromRow<'r, DB::Row>,
 {
     async fn create_workflow(&self, new: &NewWorkflow, at: Micros) -> RepoResult<WorkflowView> {
         if new.name.trim().is_empty() {
@@ -144,7 +160,8 @@ where
 
     async fn defer_workflow(&self, turn_id: &str) -> RepoResult<bool> {
         let done = sqlx::query::<DB>(
-            "UPDATE turns SET workflow_deferred = TRUE WHERE id = $1 AND workflow_deferred = FALSE",
+            "UPDATE turns SET workflow_deferred = TRUE, workflow_due = FALSE \
+             WHERE id = $1 AND workflow_due = TRUE",
         )
         .bind(turn_id)
         .execute(&mut *self.writer().await?)
@@ -154,12 +171,48 @@ where
 
     async fn take_deferred_workflow(&self, turn_id: &str) -> RepoResult<bool> {
         let done = sqlx::query::<DB>(
-            "UPDATE turns SET workflow_deferred = FALSE WHERE id = $1 AND workflow_deferred = TRUE",
+            "UPDATE turns SET workflow_deferred = FALSE, workflow_due = TRUE \
+             WHERE id = $1 AND workflow_deferred = TRUE",
         )
         .bind(turn_id)
         .execute(&mut *self.writer().await?)
         .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn settle_workflow(&self, turn_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(
+            "UPDATE turns SET workflow_due = FALSE WHERE id = $1 AND workflow_due = TRUE",
+        )
+        .bind(turn_id)
+        .execute(&mut *self.writer().await?)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn due_workflows(
+        &self,
+        session_id: Option<&str>,
+    ) -> RepoResult<Vec<(String, String, String)>> {
+        const DUE: &str = "SELECT id, session_id, task_id FROM turns WHERE workflow_due = TRUE";
+        let mut reader = self.reader().await?;
+        Ok(match session_id {
+            Some(session_id) => {
+                sqlx::query_as::<DB, (String, String, String)>(stmt!(
+                    "{DUE} AND session_id = $1 ORDER BY started_at, id"
+                ))
+                .bind(session_id)
+                .fetch_all(&mut *reader)
+                .await?
+            }
+            None => {
+                sqlx::query_as::<DB, (String, String, String)>(stmt!(
+                    "{DUE} ORDER BY session_id, started_at, id"
+                ))
+                .fetch_all(&mut *reader)
+                .await?
+            }
+        })
     }
 
     async fn move_task_step(
@@ -183,6 +236,7 @@ where
 
     async fn advance_step(
         &self,
+        turn_id: &str,
         task_id: &str,
         session_id: &str,
         from: &str,
@@ -194,6 +248,18 @@ where
             .bind(session_id)
             .fetch_optional(&mut *tx)
             .await?;
+        let taken = sqlx::query::<DB>(
+            "UPDATE turns SET workflow_due = FALSE WHERE id = $1 AND workflow_due = TRUE",
+        )
+        .bind(turn_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        if !taken {
+            // Run, deferred or settled already (another server, or start-up, took it).
+            return Ok(StepMove::NotThere);
+        }
         let moved = sqlx::query::<DB>(stmt!(
             "UPDATE tasks SET step_id = $3, updated_at = $4 WHERE id = $1 AND step_id = $2 \
              AND NOT EXISTS (SELECT 1 FROM clarification_bundles b \
@@ -222,11 +288,12 @@ where
         .fetch_one(&mut *tx)
         .await?
         .0 > 0;
-        Ok(if blocked {
-            StepMove::Blocked
-        } else {
-            StepMove::NotThere
-        })
+        if blocked {
+            // Rolled back: the action stays due, to be deferred or run.
+            return Ok(StepMove::Blocked);
+        }
+        tx.commit().await?;
+        Ok(StepMove::NotThere)
     }
 
     async fn defer_while_active(&self, turn_id: &str) -> RepoResult<bool> {
@@ -244,8 +311,8 @@ where
             .fetch_optional(&mut *tx)
             .await?;
         let deferred = sqlx::query::<DB>(stmt!(
-            "UPDATE turns SET workflow_deferred = TRUE \
-             WHERE id = $1 AND workflow_deferred = FALSE \
+            "UPDATE turns SET workflow_deferred = TRUE, workflow_due = FALSE \
+             WHERE id = $1 AND workflow_due = TRUE \
                AND EXISTS (SELECT 1 FROM clarification_bundles b \
                            WHERE b.session_id = $2 AND {active})",
             active = bundle_is_active_in("b", "$2")

@@ -73,6 +73,7 @@ async fn ask(state: &AppState, elicitation: Elicitation) {
         .as_deref()
         .map(|id| state.runtime.completions.wait(&session_id, id));
     let mut reply = ask.reply;
+    let withdrawn = ask.withdrawn;
     let (written, mut pending_id) = oneshot::channel();
     let wait = ask_and_wait(
         state,
@@ -88,9 +89,10 @@ async fn ask(state: &AppState, elicitation: Elicitation) {
     let outcome = loop {
         tokio::select! {
             outcome = &mut wait => break outcome,
-            // E5: the agent withdrew its request or is gone (the other end of `reply`
+            // E5: the agent withdrew its request, or is gone (the other end of `reply`
             // dropped): the wait stops as a cancelled tool call's does and the question is
             // detached (L9).
+            _ = withdrawn.cancelled(), if !stop.is_cancelled() => stop.cancel(),
             _ = reply.closed(), if !stop.is_cancelled() => stop.cancel(),
             id = &mut pending_id, if pending.is_none() && !heard => {
                 heard = true;
