@@ -21,6 +21,9 @@ pub async fn save_agent_profile(
     command: String,
     args: Vec<String>,
     env: BTreeMap<String, Option<String>>,
+    /// A4: sets the method (`""` clears it on an edit); absent keeps it.
+    #[server(default)]
+    auth_method: Option<String>,
 ) -> Result<AgentProfile, AppError> {
     use crate::server::orchestrator::profiles::{self, CreateProfile, ProfileEdit};
     let state = super::state()?;
@@ -32,6 +35,7 @@ pub async fn save_agent_profile(
                 args: Some(args),
                 env,
                 elicitation: None,
+                auth_method,
             };
             profiles::update(&state, &id, edit).await
         }
@@ -42,6 +46,7 @@ pub async fn save_agent_profile(
                 args,
                 env: env.into_iter().filter_map(|(k, v)| Some((k, v?))).collect(),
                 elicitation: true,
+                auth_method: auth_method.filter(|m| !m.is_empty()),
             };
             profiles::create(&state, input).await
         }

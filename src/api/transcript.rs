@@ -50,6 +50,13 @@ pub async fn cancel_session(session_id: String) -> Result<(), AppError> {
     crate::server::orchestrator::sessions::cancel(&app_state()?, &session_id).await
 }
 
+/// Relaunches the session's agent: what is owed goes first, else the prompt a needed login
+/// kept from it (`POST /sessions/{id}/retry`, L18, A4). True when a turn started.
+#[server(prefix = "/api/fn", endpoint = "retry_session")]
+pub async fn retry_session(session_id: String) -> Result<bool, AppError> {
+    crate::server::orchestrator::sessions::retry(&app_state()?, &session_id).await
+}
+
 /// N6: the session's pending permission request, if any.
 #[server(prefix = "/api/fn", endpoint = "pending_permission")]
 pub async fn pending_permission(session_id: String) -> Result<Option<Permission>, AppError> {

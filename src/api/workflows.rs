@@ -64,6 +64,9 @@ pub struct NewProfileBody {
     /// E1: advertise ACP elicitation (default true).
     #[serde(default)]
     elicitation: Option<bool>,
+    /// A4: `authenticate` with this method after `initialize`.
+    #[serde(default)]
+    auth_method: Option<String>,
 }
 
 pub async fn create_agent_profile(
@@ -76,6 +79,7 @@ pub async fn create_agent_profile(
         args: body.args,
         env: body.env,
         elicitation: body.elicitation.unwrap_or(true),
+        auth_method: body.auth_method,
     };
     Ok(Json(profiles::create(&state, input).await?))
 }

@@ -15,10 +15,11 @@ use std::sync::{Arc, Mutex};
 use agent_client_protocol::v1::{
     self,
     schema::{
-        AgentCapabilities, AuthMethod, AuthMethodAgent, CancelNotification, ContentBlock,
-        Implementation, InitializeRequest, InitializeResponse, LoadSessionRequest,
-        LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse,
-        PromptRequest, PromptResponse, SessionId, SessionNotification, SessionUpdate,
+        AgentCapabilities, AuthMethod, AuthMethodAgent, AuthenticateRequest, AuthenticateResponse,
+        CancelNotification, ContentBlock, Implementation, InitializeRequest, InitializeResponse,
+        LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest,
+        NewSessionResponse, PromptRequest, PromptResponse, SessionId, SessionNotification,
+        SessionUpdate,
     },
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
@@ -77,6 +78,9 @@ impl InProcess {
     }
 }
 
+/// A4: the auth method the mock offers under `MOCK_AGENT_AUTH_REQUIRED`.
+const MOCK_LOGIN: &str = "mock-login";
+
 #[derive(Default)]
 struct MockState {
     /// Set in process: `e2e:exit` ends the connection (not the process) and prompts are recorded.
@@ -95,6 +99,8 @@ struct MockState {
     client_capabilities: Mutex<serde_json::Value>,
     /// Its `session/update` notifications sent and written (a tool call waits for them).
     written: Arc<written::Written>,
+    /// A4: `authenticate` succeeded with the mock's method.
+    logged_in: std::sync::atomic::AtomicBool,
 }
 
 impl MockState {
@@ -212,6 +218,7 @@ where
     let on_prompt = st.clone();
     let on_cancel = st.clone();
     let on_initialize = st.clone();
+    let on_authenticate = st.clone();
     Agent
         .v1()
         .name("mock-agent")
@@ -229,7 +236,7 @@ where
                 // A4: an agent that needs its user to log in first.
                 let auth = if off("MOCK_AGENT_AUTH_REQUIRED") {
                     vec![AuthMethod::Agent(
-                        AuthMethodAgent::new("mock-login", "Mock login")
+                        AuthMethodAgent::new(MOCK_LOGIN, "Mock login")
                             .description("Run `mock_agent login` in a terminal"),
                     )]
                 } else {
@@ -254,10 +261,33 @@ where
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
+            async move |req: AuthenticateRequest,
+                        responder: v1::Responder<AuthenticateResponse>,
+                        _cx: v1::ConnectionTo<Client>| {
+                // A4: the one method the mock offers logs it in; any other is refused.
+                if &*req.method_id.0 != MOCK_LOGIN {
+                    return responder.respond_with_error(
+                        agent_client_protocol::Error::invalid_params()
+                            .data(format!("unknown auth method {:?}", &*req.method_id.0)),
+                    );
+                }
+                on_authenticate
+                    .logged_in
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                responder.respond(AuthenticateResponse::new())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
             async move |req: NewSessionRequest,
                         responder: v1::Responder<NewSessionResponse>,
                         _cx: v1::ConnectionTo<Client>| {
-                if std::env::var_os("MOCK_AGENT_AUTH_REQUIRED").is_some() {
+                // A4: logged in by `authenticate`, or by the user: the switch's value names a
+                // file the login writes.
+                let logged_in = on_new.logged_in.load(std::sync::atomic::Ordering::SeqCst)
+                    || std::env::var_os("MOCK_AGENT_AUTH_REQUIRED")
+                        .is_some_and(|v| std::path::Path::new(&v).is_file());
+                if std::env::var_os("MOCK_AGENT_AUTH_REQUIRED").is_some() && !logged_in {
                     return responder
                         .respond_with_error(agent_client_protocol::Error::auth_required());
                 }

@@ -56,6 +56,9 @@ pub struct Message {
     /// `agent-markdown`); absent for everything else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub html: Option<String>,
+    /// A question's row: how the agent asked, `mcp` or `elicitation` (E2); absent on others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     pub created_at: String,
     pub updated_at: String,
 }

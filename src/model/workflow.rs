@@ -30,6 +30,10 @@ pub struct AgentProfile {
     /// misbehave with it (their questions then come only through the MCP tool).
     #[serde(default = "yes")]
     pub elicitation: bool,
+    /// A4: the `authMethods` id the agent is asked to `authenticate` with after
+    /// `initialize`; none: it is not asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_method: Option<String>,
 }
 
 fn yes() -> bool {

@@ -108,6 +108,9 @@ pub enum Point {
     /// the question to be recorded and detached before it answers (E5); the key is the
     /// session id.
     WithdrawnWaits,
+    /// The session worker is about to dispatch an owed resume (L18), its agent ready; the key
+    /// is the session id.
+    BeforeDispatch,
 }
 
 #[cfg(feature = "test-hooks")]
@@ -145,6 +148,7 @@ impl Point {
             Point::Beat => "beat",
             Point::ProfileCheck => "checking-a-profile",
             Point::WithdrawnWaits => "withdrawn-waits",
+            Point::BeforeDispatch => "before-dispatch",
         }
     }
 }

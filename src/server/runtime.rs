@@ -162,7 +162,7 @@ impl AgentSlots {
                 running.insert(session.to_string(), None);
                 Ok(Some(v))
             }
-            None => Err(AgentError(format!(
+            None => Err(AgentError::from(format!(
                 "{} agents are busy (the limit of --max-agents); try again when one finishes",
                 self.max
             ))),

@@ -58,6 +58,7 @@ pub async fn seed(repo: &dyn Repository, at: i64) -> RepoResult<()> {
                 args: vec![],
                 env: BTreeMap::new(),
                 elicitation: true,
+                auth_method: None,
             },
             at,
         )

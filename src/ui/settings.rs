@@ -44,6 +44,7 @@ pub fn Settings() -> impl IntoView {
                                                 <strong>{p.name.clone()}</strong>
                                                 <code>{p.command.clone()} " " {p.args.join(" ")}</code>
                                                 <span class="muted">{if p.env.is_empty() { String::new() } else { format!("env: {}", p.env.join(", ")) }}</span>
+                                                {p.auth_method.clone().map(|m| view! { <span class="muted">"logs in with " {m}</span> })}
                                                 {(!bundled).then(|| view! {
                                                     <button class="secondary" on:click=move |_| editing.set(Some(Editing::Profile(edit.clone())))>"Edit"</button>
                                                 })}
@@ -113,6 +114,7 @@ struct ProfileInput {
     command: String,
     args: Vec<String>,
     env: BTreeMap<String, Option<String>>,
+    auth_method: Option<String>,
 }
 
 /// A2: "Check" starts the profile's agent on the server and shows what it said about itself.
@@ -151,6 +153,12 @@ where
     let name = RwSignal::new(name);
     let command = RwSignal::new(command);
     let args = RwSignal::new(args.join("\n"));
+    let auth_method = RwSignal::new(
+        profile
+            .as_ref()
+            .and_then(|p| p.auth_method.clone())
+            .unwrap_or_default(),
+    );
     let existing = profile.as_ref().map(|p| p.env.clone()).unwrap_or_default();
     // Existing names: a new value (empty keeps the stored one) and whether to remove it.
     let values = RwSignal::new(BTreeMap::<String, (String, bool)>::new());
@@ -162,8 +170,9 @@ where
             command,
             args,
             env,
+            auth_method,
         } = input.clone();
-        async move { save_agent_profile(id, name, command, args, env).await }
+        async move { save_agent_profile(id, name, command, args, env, auth_method).await }
     });
     Effect::new(move |_| {
         if let Some(Ok(_)) = save.value().get() {
@@ -192,12 +201,15 @@ where
             .filter(|l| !l.is_empty())
             .map(str::to_string)
             .collect();
+        // A4: empty clears the method of a profile, and sets none on a new one.
+        let method = auth_method.get_untracked().trim().to_string();
         save.dispatch(ProfileInput {
             id: id.clone(),
             name: name.get_untracked(),
             command: command.get_untracked(),
             args,
             env,
+            auth_method: (id.is_some() || !method.is_empty()).then_some(method),
         });
     };
     view! {
@@ -238,6 +250,14 @@ where
                         .collect_view()}
                 </fieldset>
             })}
+            <label>
+                "Auth method (optional)"
+                <input
+                    placeholder="an id from the agent's auth methods, as Check lists them"
+                    prop:value=move || auth_method.get()
+                    on:input=move |e| auth_method.set(event_target_value(&e))
+                />
+            </label>
             <label>"Add variables (NAME=value, one per line)" <textarea placeholder="OPENAI_API_KEY=…" prop:value=move || added.get() on:input=move |e| added.set(event_target_value(&e))></textarea></label>
             <button type="submit" data-testid="agent-profile-save" disabled=move || save.pending().get()>"Save"</button>
             {move || save.value().get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}

@@ -9,7 +9,7 @@ use leptos_router::hooks::{use_navigate, use_params_map, use_query_map};
 
 use crate::api::settings::list_agent_profiles;
 use crate::api::tasks::get_task;
-use crate::api::transcript::{cancel_session, create_session, task_sessions};
+use crate::api::transcript::{cancel_session, create_session, retry_session, task_sessions};
 use crate::client::selection::Choice;
 use crate::model::{AgentProfile, PendingAction, Session, SessionState, Task};
 use crate::ui::chat::ChatPanel;
@@ -128,7 +128,7 @@ pub fn TaskPage() -> impl IntoView {
             <Suspense fallback=|| view! { <p class="muted">"Loading the task…"</p> }>
                 {move || Suspend::new(async move {
                     match task.await {
-                        Ok(_) => view! { <TaskHeader task=header /> }.into_any(),
+                        Ok(_) => view! { <TaskHeader task=header selected /> }.into_any(),
                         Err(e) => view! { <p class="error" role="alert">{e.to_string()}</p> }.into_any(),
                     }
                 })}
@@ -140,8 +140,14 @@ pub fn TaskPage() -> impl IntoView {
     }
 }
 
+/// The task's title and its last error (P3), with Retry: it relaunches the shown session's
+/// agent (L18: what is owed goes first; A4: the prompt a needed login held back).
 #[component]
-fn TaskHeader(task: Signal<Option<Task>>) -> impl IntoView {
+fn TaskHeader(task: Signal<Option<Task>>, selected: Memo<Option<String>>) -> impl IntoView {
+    let retry = Action::new(move |session: &String| {
+        let session = session.clone();
+        async move { retry_session(session).await }
+    });
     view! {
         <header class="task-header">
             <h1 class="task-heading">{move || task.get().map(|t| t.title).unwrap_or_default()}</h1>
@@ -149,8 +155,25 @@ fn TaskHeader(task: Signal<Option<Task>>) -> impl IntoView {
                 task.get()
                     .and_then(|t| t.status_summary)
                     .and_then(|s| s.body.last_error)
-                    .map(|e| view! { <p class="error last-error" role="status">{e.message}</p> })
+                    .map(|e| view! {
+                        <div class="last-error-row">
+                            <p class="error last-error" role="status">{e.message}</p>
+                            <button
+                                class="secondary"
+                                data-testid="session-retry"
+                                disabled=move || selected.get().is_none() || retry.pending().get()
+                                on:click=move |_| {
+                                    if let Some(s) = selected.get_untracked() {
+                                        retry.dispatch(s);
+                                    }
+                                }
+                            >
+                                "Retry"
+                            </button>
+                        </div>
+                    })
             }}
+            {move || retry.value().get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
         </header>
     }
 }

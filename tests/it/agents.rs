@@ -491,6 +491,23 @@ async fn n3_workflow_waits_for_the_question_and_advances_after(url: String) {
         api.get(&format!("/api/v1/tasks/{task}")).await.1["step_id"],
         work
     );
+    // The completion has deferred its action (the turn reads completed a moment before: a
+    // rejection in between finds nothing deferred and the completion itself moves the task,
+    // after the response this test checks).
+    let turn = api.wait_turns_done(&session, 1).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let state = server.state.clone();
+    support::until("the step action deferred", async || {
+        state
+            .repo
+            .get_turn(&turn)
+            .await
+            .unwrap()
+            .is_some_and(|t| t.workflow_deferred)
+    })
+    .await;
     // ... until a detached rejection releases the barrier (L16) and the deferred action runs.
     let (status, _) = api.respond(&pending_id, json!({ "rejected": true })).await;
     assert_eq!(status, 200);

@@ -19,7 +19,50 @@ both_http!(
     e3_questions_keep_the_order_of_the_schema,
     e1_elicitation_is_advertised_unless_the_profile_turns_it_off,
     e7_a_link_the_agent_completes_is_answered_done,
+    e8_the_mcp_tool_asks_for_several_picks_too,
 );
+
+/// E8: `ask_user_question` may ask for several picks (`multi_select`): the bundle says so, two
+/// picks reach the agent, and a `multi_select` that is not a boolean is the agent's error with
+/// nothing written.
+async fn e8_the_mcp_tool_asks_for_several_picks_too(url: String) {
+    let ask = json!({ "questions": [{ "id": "f", "prompt": "Which features?", "multi_select": true,
+        "options": [{ "id": "auth", "label": "Auth" }, { "id": "search", "label": "Search" }] }] });
+    let bad = json!({ "questions": [{ "id": "g", "prompt": "Which?", "multi_select": "yes",
+        "options": [{ "id": "a", "label": "A" }, { "id": "b", "label": "B" }] }] });
+    let (server, api, _, session) = started(&url, &format!("e2e:ask({bad})\ne2e:ask({ask})")).await;
+    let b = bundle(&api, &session).await;
+    assert_eq!(
+        (
+            b["source"].as_str(),
+            b["questions"][0]["multi_select"].as_bool()
+        ),
+        (Some("mcp"), Some(true)),
+        "{b}"
+    );
+    let failed = api.agent_said(&session, "The question failed:").await;
+    assert!(failed.contains("multi_select"), "{failed}");
+    let (status, r) = api
+        .respond(
+            b["pending_id"].as_str().unwrap(),
+            json!({ "answers": [{ "question_id": "f", "selected_options": ["auth", "search"] }] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let answer = api.agent_said(&session, "You answered:").await;
+    assert!(
+        answer.contains("auth") && answer.contains("search"),
+        "{answer}"
+    );
+    let bundles = api
+        .messages(&session)
+        .await
+        .into_iter()
+        .filter(|m| m["kind"] == "clarification_request")
+        .count();
+    assert_eq!(bundles, 1, "the refused ask wrote nothing");
+    server.stop().await;
+}
 
 /// The shape Claude Code's ACP adapter sends for AskUserQuestion.
 fn claude_form() -> Value {
@@ -99,6 +142,21 @@ async fn e2_e5_a_claude_shaped_form_is_a_bundle_and_its_answer_reaches_the_agent
     );
     assert_eq!(b["context"], "Two decisions before I start");
     assert_eq!(b["source"], "elicitation", "E2: {b}");
+    // E2: and so does its transcript row; other rows say nothing.
+    let messages = api.messages(&session).await;
+    let sources: Vec<(&str, &Value)> = messages
+        .iter()
+        .map(|m| (m["kind"].as_str().unwrap(), &m["source"]))
+        .collect();
+    assert!(
+        sources.iter().all(|(kind, source)| match *kind {
+            "clarification_request" => *source == "elicitation",
+            _ => source.is_null(),
+        }) && sources
+            .iter()
+            .any(|(kind, _)| *kind == "clarification_request"),
+        "{sources:?}"
+    );
     let q = b["questions"].as_array().unwrap();
     assert_eq!(q.len(), 2, "{b}");
     assert_eq!(
@@ -219,7 +277,10 @@ async fn e3_a_schema_that_cannot_be_shown_is_refused_and_nothing_is_written(url:
     });
     let (server, api, _, session) = started(&url, &format!("e2e:elicit({form})")).await;
     let result = agent_result(&api, &session).await;
-    assert!(result.starts_with("Elicitation result: error"), "{result}");
+    assert!(
+        result.starts_with("Elicitation result: error") && result.contains("address"),
+        "the agent's -32602 names the field: {result}"
+    );
     api.wait_turns_done(&session, 1).await;
     let messages = api.messages(&session).await;
     assert!(
@@ -227,6 +288,26 @@ async fn e3_a_schema_that_cannot_be_shown_is_refused_and_nothing_is_written(url:
             .iter()
             .any(|m| m["kind"] == "clarification_request"),
         "{messages:#?}"
+    );
+    // A `system` row says so, before the agent's reaction to the refusal.
+    let said: Vec<(&str, &str)> = messages
+        .iter()
+        .map(|m| {
+            (
+                m["author"].as_str().unwrap(),
+                m["content"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let row = said
+        .iter()
+        .position(|(author, content)| *author == "system" && content.contains("address"));
+    let reply = said
+        .iter()
+        .position(|(_, content)| content.starts_with("Elicitation result: error"));
+    assert!(
+        matches!((row, reply), (Some(r), Some(a)) if r < a),
+        "a system row naming the field, then the agent's reply: {said:?}"
     );
     server.stop().await;
 }

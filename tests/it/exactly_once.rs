@@ -31,6 +31,7 @@ both_http!(
     d10_p3_queued_prompts_last_error_and_the_primary_session_are_in_the_summary,
     d10_n3_a_turn_completed_by_start_up_recovery_runs_its_step_action,
     d16_n3_a_step_action_cut_off_by_a_crash_runs_once_after_the_restart,
+    d17_l18_an_answer_owed_as_the_server_stops_is_delivered_once_after_the_restart,
     d10_several_selected_options_reach_the_agent_live,
     d11_script_lines_go_on_after_an_ask_timeout,
     d12_l18_a_prompt_never_starts_while_an_answer_is_owed,
@@ -770,6 +771,53 @@ async fn d3_an_answer_behind_an_open_turn_is_owed_at_once_and_survives_a_failed_
             .is_empty()
     );
     server.stop().await;
+}
+
+/// Defect 17: a worker ending its turn as its server shut down dispatched the owed resume to
+/// the agent the shutdown was killing: marked delivered, never received, the answer reached
+/// the agent zero times (I4). A stopping worker leaves it owed. Forced: the worker is held
+/// right before the dispatch while the server begins its shutdown.
+async fn d17_l18_an_answer_owed_as_the_server_stops_is_delivered_once_after_the_restart(
+    url: String,
+) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, session) = api.start_task(&timeout_then("e2e:delay(60000)")).await;
+    let pending = api.pending_id(&session).await;
+    wait_detached(&api, &pending).await;
+    let (status, body) = respond(&api, &pending, answer("sqlite")).await;
+    assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
+    let (arrived, go) = pause_at(&server, Point::BeforeDispatch);
+    api.post(&format!("/api/v1/sessions/{session}/cancel"), json!({}))
+        .await;
+    arrived.acquire().await.unwrap().forget();
+    turnstile::server::startup::shutdown(&server.state);
+    server.state.hooks.clear(Point::BeforeDispatch);
+    go.add_permits(1);
+    let state = server.state.clone();
+    until(
+        "the stopped worker to leave the session waiting",
+        async || {
+            state
+                .repo
+                .get_session(&session)
+                .await
+                .unwrap()
+                .is_some_and(|s| s.state.as_str() == "waiting_for_input")
+        },
+    )
+    .await;
+    assert_eq!(
+        state.repo.owed_resumes(&session).await.unwrap().len(),
+        1,
+        "still owed: nothing was handed to the agent being stopped"
+    );
+    server.stop().await;
+    let again = TestServer::start(&url).await;
+    let api = Api::new(&again.base);
+    api.wait_turns_done(&session, 2).await;
+    assert_eq!(resumes(&api, &session).await, 1, "I4: delivered once");
+    again.stop().await;
 }
 
 async fn three_step_workflow(api: &Api) -> Value {

@@ -19,6 +19,8 @@ both_http!(
     a2_one_check_at_a_time_per_profile,
     a1_presets_list_the_known_agents_and_the_bundled_mock,
     a4_an_agent_that_needs_a_login_says_which_and_the_check_lists_it,
+    a4_a_profiles_auth_method_logs_its_agent_in,
+    a4_after_the_login_retry_sends_the_prompt_that_could_not_start,
     a3_an_agent_without_http_mcp_asks_through_mcp_stdio,
     a5_a_task_without_a_profile_runs_the_default_agent,
 );
@@ -264,6 +266,167 @@ async fn a4_an_agent_that_needs_a_login_says_which_and_the_check_lists_it(url: S
             && reason.contains("Mock login: Run `mock_agent login` in a terminal")
             && reason.contains("retry"),
         "{reason}"
+    );
+    server.stop().await;
+}
+
+/// A4: a profile's `auth_method` is passed to `authenticate` after `initialize`: the agent
+/// that needed a login works; a method it does not offer fails the session with a message
+/// naming both; a bad method is refused with nothing written; `""` clears it.
+async fn a4_a_profiles_auth_method_logs_its_agent_in(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (status, p) = api
+        .post(
+            "/api/v1/agent-profiles",
+            json!({
+                "name": "logs-in",
+                "command": env!("CARGO_BIN_EXE_mock_agent"),
+                "env": { "MOCK_AGENT_AUTH_REQUIRED": "1" },
+                "auth_method": "mock-login"
+            }),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), &p["auth_method"]),
+        (200, &json!("mock-login")),
+        "{p}"
+    );
+    let id = p["id"].as_str().unwrap().to_string();
+    let start = async |title: &str| {
+        let (status, task) = api
+            .post(
+                "/api/v1/tasks",
+                json!({ "title": title, "prompt": "e2e:message(\"logged in\")", "agent_profile_id": id }),
+            )
+            .await;
+        assert_eq!(status, 200, "{task}");
+        (
+            task["id"].as_str().unwrap().to_string(),
+            task["primary_session_id"].as_str().unwrap().to_string(),
+        )
+    };
+    let (_, session) = start("in").await;
+    assert_eq!(api.agent_said(&session, "logged in").await, "logged in");
+
+    let path = format!("/api/v1/agent-profiles/{id}");
+    let (status, p) = api
+        .patch(&path, json!({ "auth_method": "other-login" }))
+        .await;
+    assert_eq!(status, 200, "{p}");
+    let (task, _) = start("refused").await;
+    let t = api
+        .wait_for(&format!("/api/v1/tasks/{task}"), "the refused login", |t| {
+            t["status_summary"]["last_error"]["message"].is_string()
+        })
+        .await;
+    let reason = t["status_summary"]["last_error"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        reason.contains("\"other-login\"") && reason.contains("\"mock-login\""),
+        "names the method tried and the ones offered: {reason}"
+    );
+
+    for bad in [json!("a\u{1}b"), json!(" "), json!("x".repeat(1000))] {
+        let (status, r) = api.patch(&path, json!({ "auth_method": bad })).await;
+        assert_eq!(status, 400, "{r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("auth_method")),
+            "{r}"
+        );
+    }
+    let listed = |list: Value| {
+        list["agent_profiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == id.as_str())
+            .unwrap()
+            .clone()
+    };
+    let p = listed(api.get("/api/v1/agent-profiles").await.1);
+    assert_eq!(p["auth_method"], "other-login", "nothing written: {p}");
+    let (status, p) = api.patch(&path, json!({ "auth_method": "" })).await;
+    assert_eq!(
+        (status.as_u16(), p.get("auth_method")),
+        (200, None),
+        "cleared: {p}"
+    );
+    server.stop().await;
+}
+
+/// A4: an agent that needs a login does not fail its session: it waits with the reason shown,
+/// and once the user has logged in, Retry starts the prompt that never reached the agent.
+/// Retrying before the login says so again and changes nothing else.
+async fn a4_after_the_login_retry_sends_the_prompt_that_could_not_start(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let credentials = support::temp_dir("mock-login").join("credentials");
+    let id = profile(
+        &api,
+        "login-later",
+        env!("CARGO_BIN_EXE_mock_agent"),
+        json!({ "MOCK_AGENT_AUTH_REQUIRED": credentials.to_str().unwrap() }),
+    )
+    .await;
+    let (status, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "login", "prompt": "e2e:message(\"after the login\")", "agent_profile_id": id }),
+        )
+        .await;
+    assert_eq!(status, 200, "{task}");
+    let (task, session) = (
+        task["id"].as_str().unwrap().to_string(),
+        task["primary_session_id"].as_str().unwrap().to_string(),
+    );
+    let needs_login = async || {
+        api.wait_for(
+            &format!("/api/v1/tasks/{task}"),
+            "the login the agent needs",
+            |t| {
+                t["status_summary"]["last_error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("log in"))
+            },
+        )
+        .await
+    };
+    needs_login().await;
+    let state = |s: Value| {
+        s["sessions"][0]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let retry = format!("/api/v1/sessions/{session}/retry");
+    assert_eq!(
+        state(api.get(&format!("/api/v1/tasks/{task}/sessions")).await.1),
+        "waiting_for_input",
+        "not failed: it can be retried"
+    );
+    // Before the login: the same reason, the session still waiting.
+    let (status, r) = api.post(&retry, json!({})).await;
+    assert_eq!(status, 200, "{r}");
+    needs_login().await;
+    assert_eq!(
+        state(api.get(&format!("/api/v1/tasks/{task}/sessions")).await.1),
+        "waiting_for_input"
+    );
+    std::fs::write(&credentials, "logged in").unwrap();
+    let (status, r) = api.post(&retry, json!({})).await;
+    assert_eq!((status.as_u16(), &r["resumed"]), (200, &json!(true)), "{r}");
+    assert_eq!(
+        api.agent_said(&session, "after the login").await,
+        "after the login"
+    );
+    let (_, t) = api.get(&format!("/api/v1/tasks/{task}")).await;
+    assert!(
+        t["status_summary"]["last_error"].is_null(),
+        "the login is no longer news: {t}"
     );
     server.stop().await;
 }

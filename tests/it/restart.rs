@@ -54,6 +54,13 @@ async fn killed_server_keeps_the_question_answerable_and_relaunches_the_agent(ur
         (Some(true), Some(true), Some("pending"))
     );
     assert_eq!(b["source"], "mcp", "E2: asked through the MCP tool");
+    let row = api
+        .messages(&session)
+        .await
+        .into_iter()
+        .find(|m| m["kind"] == "clarification_request")
+        .expect("the question's row");
+    assert_eq!(row["source"], "mcp", "E2: the row says so too: {row}");
     let sessions = api
         .get(&format!("/api/v1/tasks/{task_id}/sessions"))
         .await

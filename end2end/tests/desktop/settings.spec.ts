@@ -11,11 +11,14 @@ test("settings: add an agent profile and edit it; environment values are never s
   await form.getByLabel("Command", { exact: true }).fill("/usr/local/bin/my-agent");
   await form.getByLabel("Arguments (one per line)").fill("--acp\n--quiet");
   await form.getByLabel("Add variables (NAME=value, one per line)").fill("MY_AGENT_KEY=super-secret-value");
+  await form.getByLabel("Auth method (optional)").fill("my-login");
   await page.getByTestId("agent-profile-save").click();
 
   const row = page.locator(`[data-testid="agent-profile"][data-profile-name="${name}"]`);
   await expect(row).toContainText("/usr/local/bin/my-agent --acp --quiet");
   await expect(row).toContainText("env: MY_AGENT_KEY");
+  // A4: the method the agent is asked to authenticate with.
+  await expect(row).toContainText("logs in with my-login");
   await expect(page.locator("body")).not.toContainText("super-secret-value");
 
   // A6: a new command keeps a value only when it is entered again (the form says so).
@@ -29,9 +32,12 @@ test("settings: add an agent profile and edit it; environment values are never s
   await expect(row).toContainText("env: MY_AGENT_KEY");
   await row.getByRole("button", { name: "Edit" }).click();
   await form.getByLabel("Command", { exact: true }).fill("/opt/agents/other-agent");
+  await expect(form.getByLabel("Auth method (optional)")).toHaveValue("my-login");
+  await form.getByLabel("Auth method (optional)").fill("");
   await page.getByTestId("agent-profile-save").click();
   await expect(row).toContainText("/opt/agents/other-agent --acp --quiet");
   await expect(row).not.toContainText("env: MY_AGENT_KEY");
+  await expect(row).not.toContainText("logs in with");
 
   const listed = await (await request.get("/api/v1/agent-profiles")).text();
   expect(listed).toContain(name);

@@ -107,6 +107,7 @@ mod fixtures {
                 content: updated_at.into(),
                 pending_id: None,
                 html: None,
+                source: None,
                 created_at: id.into(),
                 updated_at: updated_at.into(),
             },

@@ -5,10 +5,11 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::{
     self,
     schema::{
-        CancelNotification, ClientCapabilities, CompleteElicitationNotification, ContentBlock,
-        ElicitationCapabilities, ElicitationFormCapabilities, ElicitationUrlCapabilities,
-        EnvVariable, HttpHeader, Implementation, InitializeRequest, LoadSessionRequest, McpServer,
-        McpServerHttp, McpServerStdio, NewSessionRequest, PromptRequest, RequestPermissionOutcome,
+        AuthenticateRequest, CancelNotification, ClientCapabilities,
+        CompleteElicitationNotification, ContentBlock, ElicitationCapabilities,
+        ElicitationFormCapabilities, ElicitationUrlCapabilities, EnvVariable, HttpHeader,
+        Implementation, InitializeRequest, LoadSessionRequest, McpServer, McpServerHttp,
+        McpServerStdio, NewSessionRequest, PromptRequest, RequestPermissionOutcome,
         RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
         SessionNotification, SessionUpdate,
     },
@@ -45,6 +46,8 @@ pub struct LaunchSpec {
     pub load_session: Option<String>,
     /// E1: advertise ACP elicitation (the profile's switch).
     pub elicitation: bool,
+    /// A4: `authenticate` with this method after `initialize`.
+    pub auth_method: Option<String>,
     /// Run the bundled mock agent inside this process instead of `command` (`test-hooks`
     /// builds, decision 0042).
     #[cfg(feature = "test-hooks")]
@@ -368,8 +371,12 @@ pub async fn launch(
         )),
         Ok(Err(reason)) => {
             let _ = stop_tx.send(());
-            let reason = relay.broken().unwrap_or(reason.0);
-            Err(tail.explain(&reason).into())
+            let needs_login = reason.needs_login;
+            let reason = relay.broken().unwrap_or(reason.reason);
+            Err(AgentError {
+                reason: tail.explain(&reason),
+                needs_login,
+            })
         }
         Err(_) => {
             let _ = stop_tx.send(());
@@ -392,7 +399,7 @@ pub async fn launch(
 fn needs_login(
     e: &agent_client_protocol::Error,
     methods: &[agent_client_protocol::v1::schema::AuthMethod],
-) -> Option<String> {
+) -> Option<AgentError> {
     if e.code != agent_client_protocol::Error::auth_required().code {
         return None;
     }
@@ -407,13 +414,17 @@ fn needs_login(
             }
         })
         .collect();
-    Some(if ways.is_empty() {
+    let reason = if ways.is_empty() {
         "the agent needs you to log in before it can work; log in as its documentation says, then retry".into()
     } else {
         format!(
             "the agent needs you to log in before it can work ({}), then retry",
             ways.join("; ")
         )
+    };
+    Some(AgentError {
+        reason,
+        needs_login: true,
     })
 }
 
@@ -548,6 +559,29 @@ async fn handshake(
         .block_task()
         .await
         .map_err(|e| format!("initialize failed: {e}"))?;
+    // A4: the profile names how the agent logs in.
+    if let Some(method) = &spec.auth_method {
+        cx.send_request(AuthenticateRequest::new(method.clone()))
+            .block_task()
+            .await
+            .map_err(|e| {
+                let known: Vec<String> = init
+                    .auth_methods
+                    .iter()
+                    .filter_map(|m| serde_json::to_value(m).ok())
+                    .filter_map(|m| m["id"].as_str().map(|id| format!("{id:?}")))
+                    .collect();
+                format!(
+                    "the agent refused to authenticate with the profile's auth method {method:?} \
+                     (it offers {}): {e}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )
+            })?;
+    }
     // A3: HTTP only to an agent that says it speaks it; every agent speaks stdio, through
     // our relay, which gets the token in its environment (argv is readable by any local user).
     let mcp = if init.agent_capabilities.mcp_capabilities.http {
@@ -581,7 +615,7 @@ async fn handshake(
             .await
             .map_err(|e| {
                 needs_login(&e, &init.auth_methods)
-                    .unwrap_or_else(|| format!("session/load failed: {e}"))
+                    .unwrap_or_else(|| format!("session/load failed: {e}").into())
             })?;
             id
         }
@@ -591,7 +625,7 @@ async fn handshake(
                 .await
                 .map_err(|e| {
                     needs_login(&e, &init.auth_methods)
-                        .unwrap_or_else(|| format!("session/new failed: {e}"))
+                        .unwrap_or_else(|| format!("session/new failed: {e}").into())
                 })?
                 .session_id
         }

@@ -96,7 +96,7 @@ pub fn report_of(v: &Value) -> CheckReport {
 pub async fn check(spec: CheckSpec) -> CheckReport {
     let mut child = match process::spawn(&spec.command, &spec.args, &spec.env, &spec.cwd) {
         Ok(child) => child,
-        Err(e) => return failed(e.0, &StderrTail::default()),
+        Err(e) => return failed(e.reason, &StderrTail::default()),
     };
     let Some(pid) = child.id() else {
         return failed("the agent exited at once".into(), &StderrTail::default());

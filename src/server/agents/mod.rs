@@ -12,18 +12,26 @@ mod relay;
 /// Why an agent could not be started or reached. The text is written for the user (it is
 /// shown in the transcript and answered as 503); it never carries database text.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct AgentError(pub String);
+#[error("{reason}")]
+pub struct AgentError {
+    pub reason: String,
+    /// A4: the agent refused to work until its user logs in; after the login a retry can
+    /// succeed.
+    pub needs_login: bool,
+}
 
 impl From<&str> for AgentError {
     fn from(reason: &str) -> Self {
-        AgentError(reason.to_string())
+        reason.to_string().into()
     }
 }
 
 impl From<String> for AgentError {
     fn from(reason: String) -> Self {
-        AgentError(reason)
+        AgentError {
+            reason,
+            needs_login: false,
+        }
     }
 }
 

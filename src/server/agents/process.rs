@@ -84,7 +84,7 @@ pub fn spawn(
         .process_group(0)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| AgentError(format!("cannot start agent {}: {e}", command.display())))
+        .map_err(|e| AgentError::from(format!("cannot start agent {}: {e}", command.display())))
 }
 
 /// Kills the whole process group led by `pid` (the agent and everything it started). Call it

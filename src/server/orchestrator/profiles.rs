@@ -22,6 +22,8 @@ pub struct CreateProfile {
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub elicitation: bool,
+    /// A4: `authenticate` with this method after `initialize`.
+    pub auth_method: Option<String>,
 }
 
 fn bad(e: String) -> AppError {
@@ -50,6 +52,15 @@ fn validate(input: &CreateProfile) -> Result<(), AppError> {
             )));
         }
         at_most(&format!("env {name}"), value, limits::ENV_VALUE_CHARS).map_err(bad)?;
+    }
+    if let Some(method) = &input.auth_method {
+        at_most("auth_method", method, limits::NAME_CHARS).map_err(bad)?;
+        if method.trim().is_empty() || method.chars().any(char::is_control) {
+            return Err(bad(
+                "auth_method is an id from the agent's authMethods: not empty, no control characters"
+                    .into(),
+            ));
+        }
     }
     if input
         .args
@@ -84,6 +95,7 @@ pub async fn create(state: &AppState, input: CreateProfile) -> Result<AgentProfi
         args: input.args,
         env: input.env,
         elicitation: input.elicitation,
+        auth_method: input.auth_method,
     };
     Ok(state
         .repo
@@ -107,6 +119,9 @@ pub struct ProfileEdit {
     pub env: BTreeMap<String, Option<String>>,
     #[serde(default)]
     pub elicitation: Option<bool>,
+    /// A4: a method id sets it, `""` clears it.
+    #[serde(default)]
+    pub auth_method: Option<String>,
 }
 
 pub async fn update(
@@ -148,6 +163,11 @@ pub async fn update(
         args: edit.args.unwrap_or_else(|| current.args_list()),
         env,
         elicitation: edit.elicitation.unwrap_or(current.elicitation),
+        auth_method: match edit.auth_method {
+            Some(m) if m.is_empty() => None,
+            Some(m) => Some(m),
+            None => current.auth_method.clone(),
+        },
     };
     validate(&merged)?;
     if merged.name != current.name
@@ -168,6 +188,7 @@ pub async fn update(
         args: merged.args,
         env: merged.env,
         elicitation: merged.elicitation,
+        auth_method: merged.auth_method,
     };
     state
         .repo

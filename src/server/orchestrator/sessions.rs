@@ -73,7 +73,7 @@ pub async fn launch_spec(
         // A5: a session created without a profile runs the server's default agent.
         None => default_agent(state)
             .await
-            .map_err(|e| AgentError(e.to_string()))?,
+            .map_err(|e| AgentError::from(e.to_string()))?,
     };
     let is_mock = profile.name == MOCK_PROFILE;
     let command = if is_mock {
@@ -84,7 +84,7 @@ pub async fn launch_spec(
     let token = new_token();
     let hash = hash_token(&token);
     std::fs::create_dir_all(&state.runtime.config.workdir)
-        .map_err(|e| AgentError(format!("cannot create the agent workdir: {e}")))?;
+        .map_err(|e| AgentError::from(format!("cannot create the agent workdir: {e}")))?;
     let spec = LaunchSpec {
         command,
         args: profile.args_list(),
@@ -95,6 +95,7 @@ pub async fn launch_spec(
         mcp_token: token,
         load_session: session.acp_session_id.clone(),
         elicitation: profile.elicitation,
+        auth_method: profile.auth_method.clone(),
         #[cfg(feature = "test-hooks")]
         in_process: state
             .runtime

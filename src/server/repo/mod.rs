@@ -135,6 +135,8 @@ pub struct NewAgentProfile {
     pub env: BTreeMap<String, String>,
     /// E1: advertise ACP elicitation to the agent.
     pub elicitation: bool,
+    /// A4: `authenticate` with this method after `initialize`.
+    pub auth_method: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]

@@ -39,6 +39,7 @@ where
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> bool: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
     for<'r> AgentProfileRecord: FromRow<'r, DB::Row>,
 {
     async fn create_agent_profile(
@@ -52,9 +53,9 @@ where
             ));
         }
         Ok(sqlx::query_as::<DB, AgentProfileRecord>(
-            "INSERT INTO agent_profiles (id, name, command, args, env, elicitation, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) \
-             RETURNING id, name, command, args, env, elicitation, created_at",
+            "INSERT INTO agent_profiles (id, name, command, args, env, elicitation, created_at, auth_method) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             RETURNING id, name, command, args, env, elicitation, created_at, auth_method",
         )
         .bind(new_id())
         .bind(&new.name)
@@ -63,13 +64,14 @@ where
         .bind(json(&new.env))
         .bind(new.elicitation)
         .bind(at)
+        .bind(&new.auth_method)
         .fetch_one(&mut *self.writer().await?)
         .await?)
     }
 
     async fn list_agent_profiles(&self) -> RepoResult<Vec<AgentProfileRecord>> {
         Ok(sqlx::query_as::<DB, AgentProfileRecord>(
-            "SELECT id, name, command, args, env, elicitation, created_at FROM agent_profiles ORDER BY name, id",
+            "SELECT id, name, command, args, env, elicitation, created_at, auth_method FROM agent_profiles ORDER BY name, id",
         )
         .fetch_all(&mut *self.reader().await?)
         .await?)
@@ -82,8 +84,8 @@ where
     ) -> RepoResult<Option<AgentProfileRecord>> {
         Ok(sqlx::query_as::<DB, AgentProfileRecord>(
             "UPDATE agent_profiles SET name = $2, command = $3, args = $4, env = $5, \
-             elicitation = $6 WHERE id = $1 \
-             RETURNING id, name, command, args, env, elicitation, created_at",
+             elicitation = $6, auth_method = $7 WHERE id = $1 \
+             RETURNING id, name, command, args, env, elicitation, created_at, auth_method",
         )
         .bind(id)
         .bind(&profile.name)
@@ -91,13 +93,14 @@ where
         .bind(json(&profile.args))
         .bind(json(&profile.env))
         .bind(profile.elicitation)
+        .bind(&profile.auth_method)
         .fetch_optional(&mut *self.writer().await?)
         .await?)
     }
 
     async fn get_agent_profile(&self, id: &str) -> RepoResult<Option<AgentProfileRecord>> {
         Ok(sqlx::query_as::<DB, AgentProfileRecord>(
-            "SELECT id, name, command, args, env, elicitation, created_at FROM agent_profiles WHERE id = $1",
+            "SELECT id, name, command, args, env, elicitation, created_at, auth_method FROM agent_profiles WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&mut *self.reader().await?)
@@ -109,7 +112,7 @@ where
         name: &str,
     ) -> RepoResult<Option<AgentProfileRecord>> {
         Ok(sqlx::query_as::<DB, AgentProfileRecord>(
-            "SELECT id, name, command, args, env, elicitation, created_at FROM agent_profiles WHERE name = $1",
+            "SELECT id, name, command, args, env, elicitation, created_at, auth_method FROM agent_profiles WHERE name = $1",
         )
         .bind(name)
         .fetch_optional(&mut *self.reader().await?)

@@ -328,7 +328,7 @@ where
         };
         let message = sqlx::query_as::<DB, MessageRecord>(stmt!(
             "INSERT INTO messages ({MESSAGE_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, 'agent', 'permission_request', $5, $6, $7, $7) \
+             VALUES ($1, $2, $3, $4, 'agent', 'permission_request', $5, $6, $7, $7, NULL) \
              RETURNING {MESSAGE_COLUMNS}"
         ))
         .bind(new_id())
@@ -394,7 +394,7 @@ where
 {
     Ok(sqlx::query_as::<DB, MessageRecord>(stmt!(
         "INSERT INTO messages ({MESSAGE_COLUMNS}) \
-         VALUES ($1, $2, $3, $4, 'agent', 'clarification_request', $5, $6, $7, $7) \
+         VALUES ($1, $2, $3, $4, 'agent', 'clarification_request', $5, $6, $7, $7, $8) \
          RETURNING {MESSAGE_COLUMNS}"
     ))
     .bind(new_id())
@@ -404,6 +404,7 @@ where
     .bind(content)
     .bind(&bundle.pending_id)
     .bind(at)
+    .bind(&bundle.source)
     .fetch_one(&mut **tx)
     .await?)
 }

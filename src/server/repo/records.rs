@@ -70,6 +70,8 @@ pub struct AgentProfileRecord {
     /// E1: the agent is told it may ask through ACP elicitation.
     pub elicitation: bool,
     pub created_at: Micros,
+    /// A4: the auth method the agent is asked to `authenticate` with.
+    pub auth_method: Option<String>,
 }
 
 impl AgentProfileRecord {
@@ -82,6 +84,7 @@ impl AgentProfileRecord {
             args: self.args_list(),
             env: self.env_values().into_keys().collect(),
             elicitation: self.elicitation,
+            auth_method: self.auth_method.clone(),
         }
     }
 
@@ -240,6 +243,8 @@ pub struct MessageRecord {
     pub pending_id: Option<String>,
     pub created_at: Micros,
     pub updated_at: Micros,
+    /// A question's row: how the agent asked (E2).
+    pub source: Option<String>,
 }
 
 impl MessageRecord {
@@ -256,6 +261,7 @@ impl MessageRecord {
             html: (self.author == MessageAuthor::Agent
                 && matches!(self.kind, MessageKind::Text | MessageKind::Thinking))
             .then(|| crate::server::markdown::render(&self.content)),
+            source: self.source.clone(),
             created_at: format_micros(self.created_at),
             updated_at: format_micros(self.updated_at),
         }

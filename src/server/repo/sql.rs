@@ -93,7 +93,7 @@ impl std::fmt::Display for MessageWrittenColumns {
 }
 
 pub(super) const MESSAGE_COLUMNS: &str = "id, session_id, task_id, turn_id, author, kind, content, \
-    pending_id, created_at, updated_at";
+    pending_id, created_at, updated_at, source";
 
 pub(super) fn questions_from_rows(rows: Vec<QuestionRow>) -> Result<Vec<Question>, RepoError> {
     rows.into_iter()

@@ -228,7 +228,7 @@ where
 {
     sqlx::query_as::<DB, MessageWritten>(stmt!(
         "INSERT INTO messages ({MESSAGE_COLUMNS}) \
-         SELECT $1, t.session_id, t.task_id, t.id, $4, $5, $6, $7, $8, $8 \
+         SELECT $1, t.session_id, t.task_id, t.id, $4, $5, $6, $7, $8, $8, NULL \
          FROM turns t WHERE t.id = $3 AND t.session_id = $2 \
          RETURNING {MESSAGE_WRITTEN}"
     ))

@@ -9,7 +9,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::asking::{AskOutcome, ask_and_wait};
 use super::respond::{RespondBody, respond};
-use crate::model::Answer;
+use crate::model::{Answer, MessageAuthor, MessageKind};
+use crate::server::orchestrator::{publish, worker};
+use crate::server::repo::NewMessage;
 use crate::server::runtime::Elicitation;
 use crate::server::state::AppState;
 use schema::{Elicited, cancelled, form_ask, result, url_ask};
@@ -59,6 +61,7 @@ async fn ask(state: &AppState, elicitation: Elicitation) {
                 why,
                 "an elicitation the overlay cannot show was refused"
             );
+            say_refused(state, &session_id, &why).await;
             let _ = ask.reply.send(Err(why));
             return;
         }
@@ -132,6 +135,37 @@ async fn answer_done(state: &AppState, pending_id: &str) {
     };
     if let Err(e) = respond(state, pending_id, body).await {
         tracing::info!(pending_id, error = %e, "a completed link was not answered");
+    }
+}
+
+/// E3: a request the overlay cannot show leaves a `system` row in the session's current turn,
+/// after what the agent said before it (taken from its worker first, as a question's row is)
+/// and before the agent hears of the refusal.
+async fn say_refused(state: &AppState, session_id: &str, why: &str) {
+    let earlier = worker::sync(state, session_id).await;
+    worker::write_replies(state, earlier).await;
+    let turn_id = match state.repo.current_turn_id(session_id).await {
+        Ok(Some(turn_id)) => turn_id,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(session_id, error = %e, "cannot read the turn of a refused elicitation");
+            return;
+        }
+    };
+    let message = NewMessage {
+        session_id: session_id.to_string(),
+        turn_id,
+        author: MessageAuthor::System,
+        kind: MessageKind::Status,
+        content: format!(
+            "The agent asked a question that cannot be shown here ({why}); it was told so."
+        ),
+        pending_id: None,
+    };
+    let revision = state.next_pending_revision().await;
+    match state.repo.insert_message(&message, state.clock.now()).await {
+        Ok(m) => publish::message_written(state, publish::MessageEvent::Added, &m, revision),
+        Err(e) => tracing::warn!(session_id, error = %e, "cannot record a refused elicitation"),
     }
 }
 

@@ -263,6 +263,23 @@ impl Worker {
         self.record_error(&shown).await;
     }
 
+    /// A4: the agent would not start before its user logs in. Unlike a failure, the session
+    /// waits for input with the reason shown (P3 `last_error`), and a retry after the login
+    /// starts `prompt`, which never reached the agent, again.
+    pub(super) async fn await_login(&mut self, prompt: String, reason: &str) {
+        tracing::info!(session_id = %self.session_id, reason, "the agent needs a login");
+        self.failed = true;
+        if let Some(turn_id) = self.open_turn.take() {
+            self.system_error(&turn_id, reason.to_string()).await;
+            self.complete_turn(&turn_id).await;
+        }
+        self.unsent = Some(prompt);
+        let r =
+            sessions::set_state(&self.state, &self.session_id, SessionState::WaitingForInput).await;
+        self.log("cannot change the session state", r);
+        self.record_error(reason).await;
+    }
+
     /// Whether an answer is owed to this session's agent (L18); a failed read counts as owed
     /// (the guarded move decides in the end).
     async fn owes_an_answer(&self) -> bool {

@@ -183,6 +183,7 @@ pub fn handle(state: &AppState, session_id: &str, task_id: &str) -> SessionHandl
         fenced: false,
         claim: None,
         failed: false,
+        unsent: None,
     };
     tokio::spawn(worker.run(rx));
     let h = SessionHandle {

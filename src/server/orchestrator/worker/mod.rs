@@ -45,7 +45,7 @@ impl From<WorkerError> for AppError {
     fn from(e: WorkerError) -> Self {
         match e {
             WorkerError::Repo(e) => e.into(),
-            WorkerError::Agent(reason) => AppError::Unavailable(reason.0),
+            WorkerError::Agent(e) => AppError::Unavailable(e.reason),
         }
     }
 }
@@ -81,6 +81,8 @@ struct Worker {
     /// next prompt or retry, not for a wake-up (L18), so a crashing agent is not relaunched
     /// behind the user's back.
     failed: bool,
+    /// A4: the prompt that could not start because the agent needs a login; a retry sends it.
+    unsent: Option<String>,
 }
 
 async fn sleep_until_due(due: Option<Instant>) {
@@ -233,6 +235,8 @@ impl Worker {
             Command::Retry { reply } if reply.is_closed() => self.not_run("retry"),
             Command::Prompt { content, reply } => {
                 self.failed = false;
+                // The user wrote again instead of retrying: the new prompt replaces the unsent.
+                self.unsent = None;
                 let result = self.accept_prompt(content).await;
                 reply_to(reply, result);
             }
@@ -247,7 +251,7 @@ impl Worker {
                 let result = if self.open_turn.is_some() {
                     Ok(false)
                 } else {
-                    self.deliver_owed().await.map_err(AppError::from)
+                    self.retry().await
                 };
                 reply_to(reply, result);
             }

@@ -151,7 +151,13 @@ impl Worker {
         self.open_turn = Some(turn.id.clone());
         self.stream.break_here();
         if let Err(e) = self.ensure_agent().await {
-            self.fail(&e.to_string()).await;
+            match e {
+                WorkerError::Agent(agents::AgentError {
+                    needs_login: true,
+                    reason,
+                }) => self.await_login(content, &reason).await,
+                e => self.fail(&e.to_string()).await,
+            }
             return Ok(Some(turn.id));
         }
         sessions::set_state(&self.state, &self.session_id, SessionState::Running).await?;
@@ -168,6 +174,28 @@ impl Worker {
     /// L18: delivers the oldest owed resume, relaunching the agent if needed. `Ok(true)` when
     /// a resume turn began; `Ok(false)` when nothing is owed (or another worker took it).
     /// A failed launch leaves it owed: the session shows why and waits for a retry.
+    /// `POST /sessions/{id}/retry` while idle: what is owed goes first (L18); otherwise the
+    /// prompt a needed login kept from the agent (A4) starts again. True when a turn started.
+    pub(super) async fn retry(&mut self) -> Result<bool, AppError> {
+        if self.deliver_owed().await? {
+            return Ok(true);
+        }
+        let Some(prompt) = self.unsent.take() else {
+            return Ok(false);
+        };
+        let started = self.start_turn(prompt.clone()).await?.is_some();
+        if !started {
+            // An answer became owed meanwhile (L18): it goes first; the prompt waits again.
+            self.unsent = Some(prompt);
+        }
+        Ok(started)
+    }
+
+    /// The worker was told to stop, or its server is shutting down.
+    fn stopping(&self) -> bool {
+        self.stop.is_cancelled() || self.state.shutdown.is_cancelled()
+    }
+
     pub(super) async fn deliver_owed(&mut self) -> Result<bool, WorkerError> {
         let Some(owed) = self
             .state
@@ -180,7 +208,7 @@ impl Worker {
             return Ok(false);
         };
         let session = self.state.repo.get_session(&self.session_id).await?;
-        if session.is_none_or(|s| s.state.is_terminal()) {
+        if session.is_none_or(|s| s.state.is_terminal()) || self.stopping() {
             return Ok(false);
         }
         let ready = match self
@@ -209,6 +237,19 @@ impl Worker {
             self.log("cannot change the session state", r);
             self.record_error(&reason).await;
             return Err(e);
+        }
+        self.state
+            .hooks
+            .run(
+                crate::server::hooks::Point::BeforeDispatch,
+                &self.session_id,
+            )
+            .await;
+        // L18/I4: a stopping worker (its server shutting down, its session moved away) hands
+        // nothing to an agent that is being stopped: the answer stays owed, for the next
+        // start-up or the server that takes the session over.
+        if self.stopping() {
+            return Ok(false);
         }
         let now = self.state.clock.now();
         match self
