@@ -1,6 +1,7 @@
 //! Components. They render what server functions and the live stores give them; decisions
 //! live in `crate::client` (pure, unit-tested).
 
+pub mod agent_options;
 pub mod alerts;
 pub mod board;
 pub mod chat;

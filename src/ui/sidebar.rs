@@ -9,6 +9,7 @@ use leptos_router::hooks::use_navigate;
 use crate::api::settings::list_agent_profiles;
 use crate::api::tasks::{CreateTask, archive_task, list_tasks};
 use crate::model::{AgentProfile, AppError, PendingAction, Task, TaskQuery};
+use crate::ui::agent_options::AgentOptions;
 use crate::ui::drawer::Drawer;
 use crate::ui::live::Live;
 use crate::ui::nav::Navigator;
@@ -75,18 +76,7 @@ pub fn Sidebar() -> impl IntoView {
                 <input name="title" placeholder="New task title" aria-label="Task title" required maxlength=crate::model::limits::TITLE_CHARS />
                 <input name="prompt" placeholder="First prompt for the agent (optional)" aria-label="First prompt" />
                 <select name="agent_profile_id" aria-label="Agent" data-testid="new-task-agent" on:change=move |e| chosen.set(event_target_value(&e))>
-                    <option value="">"mock (bundled)"</option>
-                    {move || {
-                        profiles
-                            .get()
-                            .into_iter()
-                            .filter(|p| p.name != "mock")
-                            .map(|p| {
-                                let id = p.id.clone();
-                                view! { <option value=p.id.clone() selected=move || chosen.get() == id>{p.name.clone()}</option> }
-                            })
-                            .collect_view()
-                    }}
+                    <AgentOptions profiles=profiles.into() chosen=chosen.into() />
                 </select>
                 <button type="submit" data-testid="new-task-submit">"Create task"</button>
             </form>

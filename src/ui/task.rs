@@ -12,6 +12,7 @@ use crate::api::tasks::get_task;
 use crate::api::transcript::{cancel_session, create_session, retry_session, task_sessions};
 use crate::client::selection::Choice;
 use crate::model::{AgentProfile, PendingAction, Session, SessionState, Task};
+use crate::ui::agent_options::AgentOptions;
 use crate::ui::chat::ChatPanel;
 use crate::ui::client_only::ClientOnly;
 use crate::ui::drawer::Drawer;
@@ -311,15 +312,7 @@ fn new_session(task_id: Memo<String>, adding: RwSignal<bool>) -> impl IntoView {
             <label>
                 "Agent "
                 <select aria-label="Agent profile" on:change=move |e| profile.set(event_target_value(&e))>
-                    <option value="">"mock (bundled)"</option>
-                    {move || {
-                        profiles
-                            .get()
-                            .into_iter()
-                            .filter(|p| p.name != "mock")
-                            .map(|p| view! { <option value=p.id.clone()>{p.name.clone()}</option> })
-                            .collect_view()
-                    }}
+                    <AgentOptions profiles=profiles.into() chosen=profile.into() />
                 </select>
             </label>
             <textarea

@@ -1,30 +1,31 @@
+//! The ACP client of one session's agent: `launch` (process or in-process mock, then the
+//! handshake), the events it sends the session worker in protocol order, and the requests it
+//! answers (permissions, elicitations) without blocking its dispatch loop.
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::{
     self,
     schema::{
-        AuthenticateRequest, CancelNotification, ClientCapabilities,
-        CompleteElicitationNotification, ContentBlock, ElicitationCapabilities,
-        ElicitationFormCapabilities, ElicitationUrlCapabilities, EnvVariable, HttpHeader,
-        Implementation, InitializeRequest, LoadSessionRequest, McpServer, McpServerHttp,
-        McpServerStdio, NewSessionRequest, PromptRequest, RequestPermissionOutcome,
-        RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome, SessionId,
-        SessionNotification, SessionUpdate,
+        CancelNotification, CompleteElicitationNotification, ContentBlock, PromptRequest,
+        RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+        SelectedPermissionOutcome, SessionId, SessionNotification, SessionUpdate,
     },
 };
-use agent_client_protocol::{Agent, ByteStreams, Client};
+use agent_client_protocol::{Agent, Client};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use super::AgentError;
 use super::elicitation_request::ElicitationCreate;
-use super::process::{self, StderrTail};
-use super::relay::{self, Mark, Relay};
+use super::handshake::handshake;
+use super::process::{self};
+use super::relay::{Mark, Relay};
+use super::runner::spawn_process;
+#[cfg(feature = "test-hooks")]
+use super::runner::start_in_process;
 use crate::server::hooks::{Hooks, Point};
-use crate::server::mcp_stdio;
 
 /// Agent events the worker may fall behind by before the agent waits (backpressure).
 const EVENT_BUFFER: usize = 256;
@@ -392,243 +393,4 @@ pub async fn launch(
                 .into())
         }
     }
-}
-
-/// A4: the agent refused to work until its user logs in (`auth_required`): the message names
-/// each way it offers, so the user knows what to run before they retry.
-fn needs_login(
-    e: &agent_client_protocol::Error,
-    methods: &[agent_client_protocol::v1::schema::AuthMethod],
-) -> Option<AgentError> {
-    if e.code != agent_client_protocol::Error::auth_required().code {
-        return None;
-    }
-    let ways: Vec<String> = methods
-        .iter()
-        .filter_map(|m| serde_json::to_value(m).ok())
-        .map(|m| {
-            let name = m["name"].as_str().unwrap_or("a login").to_string();
-            match m["description"].as_str().filter(|d| !d.is_empty()) {
-                Some(d) => format!("{name}: {d}"),
-                None => name,
-            }
-        })
-        .collect();
-    let reason = if ways.is_empty() {
-        "the agent needs you to log in before it can work; log in as its documentation says, then retry".into()
-    } else {
-        format!(
-            "the agent needs you to log in before it can work ({}), then retry",
-            ways.join("; ")
-        )
-    };
-    Some(AgentError {
-        reason,
-        needs_login: true,
-    })
-}
-
-type Out = Box<dyn futures::AsyncWrite + Send + Unpin>;
-type In = Box<dyn futures::AsyncRead + Send + Unpin>;
-/// A started agent: what runs it, its stderr, and the byte streams ACP speaks over.
-type Started = (
-    Runner,
-    StderrTail,
-    ByteStreams<Out, In>,
-    std::sync::Arc<Relay>,
-);
-
-/// The agent as a process of its own, in its own process group (`process`).
-fn spawn_process(spec: &LaunchSpec) -> Result<Started, AgentError> {
-    let mut child = process::spawn(&spec.command, &spec.args, &spec.env, &spec.cwd)?;
-    let group = spec
-        .groups
-        .register(child.id().ok_or("the agent exited at once")?);
-    let stdin = child.stdin.take().ok_or("agent stdin unavailable")?;
-    let stdout = child.stdout.take().ok_or("agent stdout unavailable")?;
-    let tail = child
-        .stderr
-        .take()
-        .map(StderrTail::capture)
-        .unwrap_or_default();
-    let unread = relay::unread_in_pipe(std::os::fd::AsRawFd::as_raw_fd(&stdout));
-    let (relay, incoming) = Relay::wrap(stdout, unread);
-    let transport = ByteStreams::new(
-        Box::new(stdin.compat_write()) as Out,
-        Box::new(incoming.compat()) as In,
-    );
-    Ok((Runner::Process { group, child }, tail, transport, relay))
-}
-
-/// The bundled mock agent as a task of this process over an in-memory pipe (`test-hooks`
-/// builds: tests and benchmarks with thousands of sessions; decision 0042).
-#[cfg(feature = "test-hooks")]
-fn start_in_process(mock: crate::mock_agent::InProcess) -> Started {
-    let (ours, theirs) = tokio::io::duplex(64 * 1024);
-    let (their_in, their_out) = tokio::io::split(theirs);
-    let agent = tokio::spawn(async move {
-        let _ =
-            crate::mock_agent::serve(their_in.compat(), their_out.compat_write(), Some(mock)).await;
-    });
-    let (our_in, our_out) = tokio::io::split(ours);
-    let (relay, incoming) = Relay::wrap(our_in, Box::new(|| 0));
-    let transport = ByteStreams::new(
-        Box::new(our_out.compat_write()) as Out,
-        Box::new(incoming.compat()) as In,
-    );
-    (
-        Runner::InProcess(agent),
-        StderrTail::default(),
-        transport,
-        relay,
-    )
-}
-
-/// What runs the agent: a process (its group killed when the connection ends) or, in tests,
-/// the mock agent inside this process.
-enum Runner {
-    Process {
-        /// Dropped before `child`: a group leaves the registry before its leader is reaped.
-        group: process::GroupRegistration,
-        child: tokio::process::Child,
-    },
-    #[cfg(feature = "test-hooks")]
-    InProcess(tokio::task::JoinHandle<()>),
-}
-
-impl Runner {
-    fn pid(&self) -> Option<u32> {
-        match self {
-            Runner::Process { group, .. } => Some(group.pid()),
-            #[cfg(feature = "test-hooks")]
-            Runner::InProcess(_) => None,
-        }
-    }
-
-    /// The connection is over: nothing of the agent may outlive it. An agent that ended on its
-    /// own is given a moment to exit (for its status), watched without reaping it; then its
-    /// group is killed while the leader is still unreaped (so the group id cannot have been
-    /// reused), and only then reaped. Returns how it exited.
-    async fn end(self, asked: bool) -> Option<std::process::ExitStatus> {
-        match self {
-            Runner::Process { group, mut child } => {
-                if !asked {
-                    process::exited_unreaped(group.pid(), std::time::Duration::from_secs(2)).await;
-                }
-                // Killed and deregistered in one step, before the leader is reaped.
-                group.kill();
-                tokio::time::timeout(std::time::Duration::from_secs(5), child.wait())
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-            }
-            #[cfg(feature = "test-hooks")]
-            Runner::InProcess(agent) => {
-                agent.abort();
-                None
-            }
-        }
-    }
-}
-
-/// `initialize`, then `session/load` (when resuming and supported) or `session/new`.
-async fn handshake(
-    conn_rx: oneshot::Receiver<v1::ConnectionTo<Agent>>,
-    spec: &LaunchSpec,
-) -> Result<(v1::ConnectionTo<Agent>, SessionId), AgentError> {
-    let cx = conn_rx
-        .await
-        .map_err(|_| "agent connection ended during start-up".to_string())?;
-    // E1: questions reach the user through elicitation too (form and URL), unless the profile
-    // turned it off.
-    let capabilities = if spec.elicitation {
-        ClientCapabilities::new().elicitation(
-            ElicitationCapabilities::new()
-                .form(ElicitationFormCapabilities::new())
-                .url(ElicitationUrlCapabilities::new()),
-        )
-    } else {
-        ClientCapabilities::new()
-    };
-    let init = cx
-        .send_request(
-            InitializeRequest::new(ProtocolVersion::V1)
-                .client_capabilities(capabilities)
-                .client_info(Implementation::new("turnstile", env!("CARGO_PKG_VERSION"))),
-        )
-        .block_task()
-        .await
-        .map_err(|e| format!("initialize failed: {e}"))?;
-    // A4: the profile names how the agent logs in.
-    if let Some(method) = &spec.auth_method {
-        cx.send_request(AuthenticateRequest::new(method.clone()))
-            .block_task()
-            .await
-            .map_err(|e| {
-                let known: Vec<String> = init
-                    .auth_methods
-                    .iter()
-                    .filter_map(|m| serde_json::to_value(m).ok())
-                    .filter_map(|m| m["id"].as_str().map(|id| format!("{id:?}")))
-                    .collect();
-                format!(
-                    "the agent refused to authenticate with the profile's auth method {method:?} \
-                     (it offers {}): {e}",
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                )
-            })?;
-    }
-    // A3: HTTP only to an agent that says it speaks it; every agent speaks stdio, through
-    // our relay, which gets the token in its environment (argv is readable by any local user).
-    let mcp = if init.agent_capabilities.mcp_capabilities.http {
-        McpServer::Http(
-            McpServerHttp::new("turnstile", spec.mcp_url.clone()).headers(vec![HttpHeader::new(
-                "Authorization",
-                format!("Bearer {}", spec.mcp_token),
-            )]),
-        )
-    } else {
-        McpServer::Stdio(
-            McpServerStdio::new("turnstile", spec.server_exe.clone())
-                .args(vec![mcp_stdio::SUBCOMMAND.to_string()])
-                .env(vec![
-                    EnvVariable::new(mcp_stdio::URL_ENV, spec.mcp_url.clone()),
-                    EnvVariable::new(mcp_stdio::TOKEN_ENV, spec.mcp_token.clone()),
-                ]),
-        )
-    };
-    let session_id = match spec
-        .load_session
-        .clone()
-        .filter(|_| init.agent_capabilities.load_session)
-    {
-        Some(existing) => {
-            let id = SessionId::new(existing);
-            cx.send_request(
-                LoadSessionRequest::new(id.clone(), spec.cwd.clone()).mcp_servers(vec![mcp]),
-            )
-            .block_task()
-            .await
-            .map_err(|e| {
-                needs_login(&e, &init.auth_methods)
-                    .unwrap_or_else(|| format!("session/load failed: {e}").into())
-            })?;
-            id
-        }
-        None => {
-            cx.send_request(NewSessionRequest::new(spec.cwd.clone()).mcp_servers(vec![mcp]))
-                .block_task()
-                .await
-                .map_err(|e| {
-                    needs_login(&e, &init.auth_methods)
-                        .unwrap_or_else(|| format!("session/new failed: {e}").into())
-                })?
-                .session_id
-        }
-    };
-    Ok((cx, session_id))
 }

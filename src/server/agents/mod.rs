@@ -5,9 +5,11 @@
 mod acp_client;
 pub mod check;
 mod elicitation_request;
+mod handshake;
 pub mod presets;
 pub mod process;
 mod relay;
+mod runner;
 
 /// Why an agent could not be started or reached. The text is written for the user (it is
 /// shown in the transcript and answered as 503); it never carries database text.

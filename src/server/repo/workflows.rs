@@ -66,6 +66,10 @@ pub trait WorkflowStore: Send + Sync {
     async fn defer_while_active(&self, turn_id: &str) -> RepoResult<bool>;
 }
 
+/// N3: takes the due step action of turn `$1` (compare-and-set: at most once).
+const TAKE_DUE: &str =
+    "UPDATE turns SET workflow_due = FALSE WHERE id = $1 AND workflow_due = TRUE";
+
 /// What [`WorkflowStore::advance_step`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepMove {
@@ -181,12 +185,10 @@ where
     }
 
     async fn settle_workflow(&self, turn_id: &str) -> RepoResult<bool> {
-        let done = sqlx::query::<DB>(
-            "UPDATE turns SET workflow_due = FALSE WHERE id = $1 AND workflow_due = TRUE",
-        )
-        .bind(turn_id)
-        .execute(&mut *self.writer().await?)
-        .await?;
+        let done = sqlx::query::<DB>(TAKE_DUE)
+            .bind(turn_id)
+            .execute(&mut *self.writer().await?)
+            .await?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -248,13 +250,11 @@ where
             .bind(session_id)
             .fetch_optional(&mut *tx)
             .await?;
-        let taken = sqlx::query::<DB>(
-            "UPDATE turns SET workflow_due = FALSE WHERE id = $1 AND workflow_due = TRUE",
-        )
-        .bind(turn_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
+        let taken = sqlx::query::<DB>(TAKE_DUE)
+            .bind(turn_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
             > 0;
         if !taken {
             // Run, deferred or settled already (another server, or start-up, took it).
