@@ -20,6 +20,7 @@ both_http!(
     e1_elicitation_is_advertised_unless_the_profile_turns_it_off,
     e7_a_link_the_agent_completes_is_answered_done,
     e8_the_mcp_tool_asks_for_several_picks_too,
+    e5_an_elicitation_whose_agent_exits_is_detached_and_expires_with_its_session,
 );
 
 /// E8: `ask_user_question` may ask for several picks (`multi_select`): the bundle says so, two
@@ -61,6 +62,64 @@ async fn e8_the_mcp_tool_asks_for_several_picks_too(url: String) {
         .filter(|m| m["kind"] == "clarification_request")
         .count();
     assert_eq!(bundles, 1, "the refused ask wrote nothing");
+    server.stop().await;
+}
+
+/// E5: the agent exits (killed) while its elicitation waits: the question is detached (L9);
+/// with nothing owed, the crash fails the session and the move expires the question (L11), so
+/// an answer is 409 with nothing written, and the user starts again in a new session.
+async fn e5_an_elicitation_whose_agent_exits_is_detached_and_expires_with_its_session(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let tag = format!("exits{}", uuid::Uuid::new_v4().simple());
+    let (status, p) = api
+        .post(
+            "/api/v1/agent-profiles",
+            json!({ "name": format!("elicit then die {tag}"), "command": env!("CARGO_BIN_EXE_mock_agent"),
+                    "env": { "TURNSTILE_TEST_AGENT": tag } }),
+        )
+        .await;
+    assert_eq!(status, 200, "{p}");
+    let (status, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "dies", "prompt": format!("e2e:elicit({})", claude_form()), "agent_profile_id": p["id"] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{task}");
+    let session = task["primary_session_id"].as_str().unwrap().to_string();
+    let pending_id = bundle(&api, &session).await["pending_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let agents = support::processes_with(&format!("TURNSTILE_TEST_AGENT={tag}"));
+    assert_eq!(agents.len(), 1, "one agent process: {agents:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &agents[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let path = format!("/api/v1/clarifications/{pending_id}");
+    let b = api
+        .wait_for(&path, "the question of the dead agent to expire", |b| {
+            b["status"] == "expired"
+        })
+        .await;
+    assert_eq!(
+        (b["detached"].as_bool(), b["active"].as_bool()),
+        (Some(true), Some(false)),
+        "detached when its agent went, then expired with the session: {b}"
+    );
+    let (_, sessions) = api
+        .get(&format!(
+            "/api/v1/tasks/{}/sessions",
+            task["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(sessions["sessions"][0]["state"], "failed", "{sessions}");
+    let (status, r) = api.respond(&pending_id, sqlite_and_auth()).await;
+    assert_eq!(status, 409, "{r}");
+    assert_eq!(api.get(&path).await.1, b, "nothing written");
     server.stop().await;
 }
 

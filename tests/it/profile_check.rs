@@ -8,7 +8,7 @@ use crate::support;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use support::{Api, TestServer};
+use support::{Api, TestServer, processes_with};
 use tokio::sync::Semaphore;
 use turnstile::server::hooks::Point;
 
@@ -54,18 +54,6 @@ async fn mock_profile_id(api: &Api) -> String {
         .as_str()
         .unwrap()
         .to_string()
-}
-
-/// The processes whose environment holds `marker` (an agent inherits its profile's env).
-fn processes_with(marker: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
-        })
-        .collect()
 }
 
 async fn a2_the_bundled_profile_reports_what_its_agent_can_do(url: String) {
