@@ -421,14 +421,8 @@ async fn a4_after_the_login_retry_sends_the_prompt_that_could_not_start(url: Str
 
 /// The command lines of this user's processes that run `<binary> mcp-stdio` for `url`.
 fn relays_for(url: &str) -> Vec<Vec<String>> {
-    let marker = format!("TURNSTILE_MCP_URL={url}");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
-        })
+    processes_with(&format!("TURNSTILE_MCP_URL={url}"))
+        .into_iter()
         .filter_map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
         .map(|c| {
             c.split(|b| *b == 0)
