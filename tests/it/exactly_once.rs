@@ -32,6 +32,7 @@ both_http!(
     d10_n3_a_turn_completed_by_start_up_recovery_runs_its_step_action,
     d16_n3_a_step_action_cut_off_by_a_crash_runs_once_after_the_restart,
     d17_l18_an_answer_owed_as_the_server_stops_is_delivered_once_after_the_restart,
+    d18_n3_an_action_that_read_a_step_another_action_left_moves_from_the_new_one,
     d10_several_selected_options_reach_the_agent_live,
     d11_script_lines_go_on_after_an_ask_timeout,
     d12_l18_a_prompt_never_starts_while_an_answer_is_owed,
@@ -818,6 +819,90 @@ async fn d17_l18_an_answer_owed_as_the_server_stops_is_delivered_once_after_the_
     api.wait_turns_done(&session, 2).await;
     assert_eq!(resumes(&api, &session).await, 1, "I4: delivered once");
     again.stop().await;
+}
+
+/// Defect 18: two turns' actions read the task's step before either moved it (a takeover
+/// running a due action while the session's worker completed the next turn); the second
+/// compare-and-set found the task gone from the step it read, settled its action, and the task
+/// moved once for two turns (I6). A stale read now keeps the action due and it runs again from
+/// the step the task is on. Forced: the action of a due turn is tried with the step it would
+/// have read before the other action moved the task.
+async fn d18_n3_an_action_that_read_a_step_another_action_left_moves_from_the_new_one(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let wf = three_step_workflow(&api).await;
+    let (_, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "t", "workflow_id": wf["id"], "prompt": "e2e:message(\"one\")" }),
+        )
+        .await;
+    let (task_id, session) = (
+        task["id"].as_str().unwrap().to_string(),
+        task["primary_session_id"].as_str().unwrap().to_string(),
+    );
+    let (a, b, c) = (
+        wf["steps"][0]["id"].as_str().unwrap().to_string(),
+        wf["steps"][1]["id"].as_str().unwrap().to_string(),
+        wf["steps"][2]["id"].as_str().unwrap().to_string(),
+    );
+    assert_eq!(
+        settled_step(&server, &api, &task_id, &session).await,
+        b.as_str()
+    );
+    // A second completed turn whose action is still due, as a takeover finds it.
+    let (status, r) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            json!({ "content": "e2e:message(\"two\")" }),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let turns = api.wait_turns_done(&session, 2).await;
+    let second = turns[1]["id"].as_str().unwrap().to_string();
+    // Its own completion moved the task on to C; undo that, as if it had not run yet and the
+    // task were still where the first turn's action left it.
+    assert_eq!(
+        settled_step(&server, &api, &task_id, &session).await,
+        c.as_str()
+    );
+    support::raw_exec(
+        &url,
+        &format!("UPDATE turns SET workflow_due = TRUE WHERE id = '{second}'"),
+    )
+    .await;
+    support::raw_exec(
+        &url,
+        &format!("UPDATE tasks SET step_id = '{b}' WHERE id = '{task_id}'"),
+    )
+    .await;
+    let now = server.state.clock.now();
+    let stale = server
+        .state
+        .repo
+        .advance_step(&second, &task_id, &session, &a, &b, now)
+        .await
+        .unwrap();
+    assert_eq!(
+        stale,
+        turnstile::server::repo::StepMove::Stale,
+        "read before the task moved on"
+    );
+    assert!(
+        turnstile::server::orchestrator::workflow::turn_completed(
+            &server.state,
+            &session,
+            &task_id,
+            &second
+        )
+        .await,
+        "still due: it runs from the step the task is on"
+    );
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{task_id}")).await.1["step_id"],
+        c.as_str()
+    );
+    server.stop().await;
 }
 
 async fn three_step_workflow(api: &Api) -> Value {

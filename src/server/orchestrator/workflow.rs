@@ -72,6 +72,9 @@ pub async fn list_workflows(state: &AppState) -> Result<Vec<Workflow>, AppError>
         .collect())
 }
 
+/// Rounds [`turn_completed`] tries before it defers, failing closed.
+const ROUNDS: usize = 8;
+
 /// N3: a turn of `session_id` completed (each completion calls this once). Runs the step's
 /// `on_turn_complete` now, or — while the session has an active question, or when that cannot
 /// be read (fail closed) — records it as deferred on the turn. Both are guarded in the
@@ -89,11 +92,14 @@ pub async fn turn_completed(
         .run(crate::server::hooks::Point::StepGuard, session_id)
         .await;
     // Each round either moves, finds nothing to do, or defers; a question that comes or goes
-    // between the two guarded statements makes one more round.
-    for _ in 0..3 {
+    // between the two guarded statements, or another action moving the task first, makes one
+    // more round.
+    for _ in 0..ROUNDS {
         match advance(state, task_id, session_id, turn_id).await {
             Ok(StepMove::Moved) => return true,
             Ok(StepMove::NotThere) => return false,
+            // Another action moved the task meanwhile: this one runs from the new step.
+            Ok(StepMove::Stale) => continue,
             Ok(StepMove::Blocked) => match state.repo.defer_while_active(turn_id).await {
                 Ok(true) => {
                     tracing::debug!(

@@ -49,7 +49,7 @@ pub trait WorkflowStore: Send + Sync {
     /// N3/I6: the step action of `turn_id` — the task from `from` to `to` — only while it is
     /// due (taken in the same transaction: at most once) and session `session_id` has no
     /// active question (guarded in the statement that moves it, after the session lock).
-    /// Blocked leaves it due; NotThere settles it.
+    /// Blocked and Stale leave it due.
     async fn advance_step(
         &self,
         turn_id: &str,
@@ -76,8 +76,12 @@ pub enum StepMove {
     Moved,
     /// The session has an active question: the action waits (N3).
     Blocked,
-    /// The task is no longer on the step (another completion moved it, or the user did).
+    /// Nothing to do: the action was run, deferred or settled already.
     NotThere,
+    /// The task is no longer on the step read before (another turn's action moved it, or the
+    /// user did): the action stays due, to be run from the step the task is on now (I6: each
+    /// turn's action moves once, so two racing completions move the task twice).
+    Stale,
 }
 
 #[async_trait]
@@ -288,12 +292,13 @@ where
         .fetch_one(&mut *tx)
         .await?
         .0 > 0;
-        if blocked {
-            // Rolled back: the action stays due, to be deferred or run.
-            return Ok(StepMove::Blocked);
-        }
-        tx.commit().await?;
-        Ok(StepMove::NotThere)
+        // Rolled back either way: the action stays due, to be deferred, or run again from the
+        // step the task is on now.
+        Ok(if blocked {
+            StepMove::Blocked
+        } else {
+            StepMove::Stale
+        })
     }
 
     async fn defer_while_active(&self, turn_id: &str) -> RepoResult<bool> {
