@@ -111,6 +111,9 @@ pub enum Point {
     /// The session worker is about to dispatch an owed resume (L18), its agent ready; the key
     /// is the session id.
     BeforeDispatch,
+    /// An owed resume's dispatch is committed, before the worker hands its prompt to the
+    /// agent (L18); the key is the session id.
+    HandingOver,
 }
 
 #[cfg(feature = "test-hooks")]
@@ -149,6 +152,7 @@ impl Point {
             Point::ProfileCheck => "checking-a-profile",
             Point::WithdrawnWaits => "withdrawn-waits",
             Point::BeforeDispatch => "before-dispatch",
+            Point::HandingOver => "handing-over-a-resume",
         }
     }
 }

@@ -33,6 +33,7 @@ both_http!(
     d16_n3_a_step_action_cut_off_by_a_crash_runs_once_after_the_restart,
     d17_l18_an_answer_owed_as_the_server_stops_is_delivered_once_after_the_restart,
     d18_n3_an_action_that_read_a_step_another_action_left_moves_from_the_new_one,
+    d19_l18_an_answer_dispatched_as_the_server_stops_is_delivered_once_after_the_restart,
     d10_several_selected_options_reach_the_agent_live,
     d11_script_lines_go_on_after_an_ask_timeout,
     d12_l18_a_prompt_never_starts_while_an_answer_is_owed,
@@ -781,6 +782,22 @@ async fn d3_an_answer_behind_an_open_turn_is_owed_at_once_and_survives_a_failed_
 async fn d17_l18_an_answer_owed_as_the_server_stops_is_delivered_once_after_the_restart(
     url: String,
 ) {
+    owed_as_the_server_stops(url, Point::BeforeDispatch).await;
+}
+
+/// Defect 19: the same with the shutdown beginning while the dispatch was being written (seen
+/// as the PostgreSQL service model's I4 failures, seed 1581319033): the dispatch committed, the
+/// prompt went to the agent being killed. The worker takes the dispatch back. Forced: the
+/// worker is held between the committed dispatch and the prompt.
+async fn d19_l18_an_answer_dispatched_as_the_server_stops_is_delivered_once_after_the_restart(
+    url: String,
+) {
+    owed_as_the_server_stops(url, Point::HandingOver).await;
+}
+
+/// An owed answer whose worker is held at `point` while its server begins a shutdown stays
+/// owed, and the restarted server delivers it once (L18/I4).
+async fn owed_as_the_server_stops(url: String, point: Point) {
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
     let (_, session) = api.start_task(&timeout_then("e2e:delay(60000)")).await;
@@ -788,31 +805,27 @@ async fn d17_l18_an_answer_owed_as_the_server_stops_is_delivered_once_after_the_
     wait_detached(&api, &pending).await;
     let (status, body) = respond(&api, &pending, answer("sqlite")).await;
     assert_eq!((status, &body["claimed"]), (200, &json!(true)), "{body}");
-    let (arrived, go) = pause_at(&server, Point::BeforeDispatch);
+    let (arrived, go) = pause_at(&server, point);
     api.post(&format!("/api/v1/sessions/{session}/cancel"), json!({}))
         .await;
     arrived.acquire().await.unwrap().forget();
     turnstile::server::startup::shutdown(&server.state);
-    server.state.hooks.clear(Point::BeforeDispatch);
+    server.state.hooks.clear(point);
     go.add_permits(1);
     let state = server.state.clone();
     until(
-        "the stopped worker to leave the session waiting",
+        "the stopped worker to leave the answer owed and the session waiting",
         async || {
-            state
+            let waiting = state
                 .repo
                 .get_session(&session)
                 .await
                 .unwrap()
-                .is_some_and(|s| s.state.as_str() == "waiting_for_input")
+                .is_some_and(|s| s.state.as_str() == "waiting_for_input");
+            waiting && state.repo.owed_resumes(&session).await.unwrap().len() == 1
         },
     )
     .await;
-    assert_eq!(
-        state.repo.owed_resumes(&session).await.unwrap().len(),
-        1,
-        "still owed: nothing was handed to the agent being stopped"
-    );
     server.stop().await;
     let again = TestServer::start(&url).await;
     let api = Api::new(&again.base);

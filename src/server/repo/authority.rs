@@ -112,6 +112,10 @@ pub struct AuthoritySql {
     ask_bundle_sqlite: String,
     ask_bundle_postgres: String,
     pub dispatch_resume: String,
+    /// [`AuthoritySql::dispatch_resume`] taken back: the resume owed again while it is still
+    /// its session's open, current turn (L18/I4, a shutdown between the dispatch and the
+    /// prompt).
+    pub undo_dispatch: String,
 }
 
 /// [`AuthoritySql`]'s ask insert, with `lock` after its `SELECT`.
@@ -422,6 +426,12 @@ pub static SQL: LazyLock<AuthoritySql> = LazyLock::new(|| {
         dispatch_resume: format!(
             "UPDATE turns SET reservation = 'none', started_at = $2 \
              WHERE id = $1 AND reservation = 'attempted' AND id = {}",
+            live_current_turn_of("turns.session_id")
+        ),
+        undo_dispatch: format!(
+            "UPDATE turns SET reservation = 'attempted' \
+             WHERE id = $1 AND reservation = 'none' AND completed_at IS NULL \
+               AND resume_prompt IS NOT NULL AND id = {}",
             live_current_turn_of("turns.session_id")
         ),
         restore_abandoned: format!("{restore_bundle} AND claimed_by IS NOT DISTINCT FROM $2"),

@@ -126,6 +126,11 @@ pub trait OutboxStore: Send + Sync {
         fence: Option<&Fence>,
     ) -> RepoResult<bool>;
 
+    /// L18/I4: takes back a dispatch whose prompt never reached the agent (its server began
+    /// shutting down in between): the resume is owed again, if it is still the session's
+    /// open, current turn. `false` when it no longer is.
+    async fn undo_dispatch(&self, turn_id: &str) -> RepoResult<bool>;
+
     /// Several servers: the answer of `pending_id` is offered to the server holding its waiting call
     /// (again `offered` if an earlier offer was withdrawn).
     async fn offer_handoff(&self, pending_id: &str, at: Micros) -> RepoResult<()>;
@@ -419,6 +424,14 @@ where
         }
         tx.commit().await?;
         Ok(true)
+    }
+
+    async fn undo_dispatch(&self, turn_id: &str) -> RepoResult<bool> {
+        let done = sqlx::query::<DB>(SQL.undo_dispatch.as_str())
+            .bind(turn_id)
+            .execute(&mut *self.writer().await?)
+            .await?;
+        Ok(done.rows_affected() > 0)
     }
 
     async fn offer_handoff(&self, pending_id: &str, at: Micros) -> RepoResult<()> {

@@ -272,6 +272,23 @@ impl Worker {
         // in doubt after a failed sync.
         let r = self.state.durable().await;
         self.log("cannot sync the delivered resume to disk", r);
+        self.state
+            .hooks
+            .run(crate::server::hooks::Point::HandingOver, &self.session_id)
+            .await;
+        // L18/I4: the server began shutting down during the dispatch, so its agent is being
+        // killed: the dispatch is taken back and the answer stays owed, as above. Nothing
+        // awaits between this check and the prompt below (the remaining window is a crash's,
+        // docs/lifecycle.md).
+        if self.stopping() {
+            match self.state.repo.undo_dispatch(&owed.id).await {
+                Ok(true) => return Ok(false),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, turn = %owed.id, "cannot take a dispatch back")
+                }
+            }
+        }
         // Delivered: from here the answer is the agent's (exactly once).
         self.open_turn = Some(owed.id.clone());
         self.stream.break_here();
