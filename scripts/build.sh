@@ -56,4 +56,7 @@ cp -r public/. "$SITE_ROOT/"
 [ "$bundle_only" = 1 ] && exit 0
 
 log "building the server ($profile)"
+# `turnstile --version` names the revision it was built from.
+TURNSTILE_GIT_REVISION="$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+export TURNSTILE_GIT_REVISION
 cargo build --bins "${cargo_profile[@]}"

@@ -5,15 +5,30 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `turnstile --version`: the package version and the git revision it was built from
+/// (`scripts/build.sh` sets `TURNSTILE_GIT_REVISION`; a build without it says `unknown`).
+#[cfg(feature = "ssr")]
+fn version() -> &'static str {
+    let revision = option_env!("TURNSTILE_GIT_REVISION").unwrap_or("unknown");
+    Box::leak(format!("{} ({revision})", env!("CARGO_PKG_VERSION")).into_boxed_str())
+}
+
 #[cfg(feature = "ssr")]
 fn main() -> std::process::ExitCode {
-    use clap::Parser;
+    use clap::{CommandFactory, FromArgMatches};
     limit_malloc_arenas();
     not_dumpable();
     if std::env::args().nth(1).as_deref() == Some(turnstile::server::mcp_stdio::SUBCOMMAND) {
         return mcp_stdio();
     }
-    let config = turnstile::server::config::Config::parse();
+    let config = match turnstile::server::config::Config::command()
+        .version(version())
+        .try_get_matches()
+        .and_then(|m| turnstile::server::config::Config::from_arg_matches(&m))
+    {
+        Ok(config) => config,
+        Err(e) => e.exit(),
+    };
     // The secrets in the environment are read once, then wiped from it (before any other
     // thread exists).
     let env_token = take_secret_env("ACCESS_TOKEN");
@@ -117,14 +132,21 @@ async fn serve(
     use turnstile::server::auth::{FrontDoor, TokenSource, resolve_token};
     use turnstile::server::{repo, startup, time::Clock};
 
-    tracing_subscriber::fmt()
-        // Colours only on a terminal: a log file or pipe gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn".into()),
-        )
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,sqlx=warn".into());
+    match config.log_format {
+        turnstile::server::config::LogFormat::Text => tracing_subscriber::fmt()
+            // Colours only on a terminal: a log file or pipe gets plain text.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .with_env_filter(filter)
+            .init(),
+        turnstile::server::config::LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_env_filter(filter)
+            .init(),
+    }
 
     let fail = |what: String| {
         eprintln!("error: {what}");

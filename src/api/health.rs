@@ -24,40 +24,52 @@ pub async fn healthz(
     }
 }
 
-/// Prometheus text: request counts and time, WebSocket clients, active bundles, summary CAS
-/// retries, SQLite's write connection use; on PostgreSQL the event listener and whether this
-/// server sends its events.
+/// `GET /metrics` (decision 0049): this server's metrics and the gauges read now; on
+/// PostgreSQL the event listener and whether this server sends its events.
 pub async fn metrics(
     axum::extract::State(state): axum::extract::State<crate::server::state::AppState>,
 ) -> impl axum::response::IntoResponse {
-    let active = gauges::active_bundles(&state).await;
-    let mut text = state
-        .metrics
-        .render(active, gauges::write_connection_usage(&state));
-    if let Some(listener) = state.hub.listener() {
-        text.push_str(&format!(
-            "# HELP turnstile_event_listener_connected Whether this server receives the other \
-             servers' events (PostgreSQL).\n# TYPE turnstile_event_listener_connected gauge\n\
-             turnstile_event_listener_connected{{server_id=\"{}\"}} {}\n",
-            state.runtime.config.server_id,
-            u8::from(listener == ListenerState::Connected)
-        ));
-    }
-    if let Some(peers) = state.hub.peers() {
-        text.push_str(&format!(
-            "# HELP turnstile_events_alone Whether this server finds itself alone on its \
-             database, so it sends no events (decision 0018).\n# TYPE turnstile_events_alone \
-             gauge\nturnstile_events_alone {}\n# HELP turnstile_events_unsent_total Events not \
-             sent because no other server listened.\n# TYPE turnstile_events_unsent_total \
-             counter\nturnstile_events_unsent_total {}\n",
-            u8::from(peers.alone()),
-            peers.skipped()
-        ));
-    }
+    use prometheus_client::metrics::counter::ConstCounter;
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+    let gauges = crate::server::metrics::Gauges {
+        active_bundles: gauges::active_bundles(&state).await,
+        running_agents: i64::try_from(state.runtime.agents.count()).unwrap_or(i64::MAX),
+        open_permissions: i64::try_from(state.runtime.permissions.len()).unwrap_or(i64::MAX),
+        writer: gauges::write_connection_usage(&state),
+    };
+    let text = state.metrics.render(gauges, |r| {
+        if let Some(listener) = state.hub.listener() {
+            let family = Family::<Vec<(String, String)>, Gauge>::default();
+            family
+                .get_or_create(&vec![(
+                    "server_id".to_string(),
+                    state.runtime.config.server_id.clone(),
+                )])
+                .set(i64::from(listener == ListenerState::Connected));
+            r.register(
+                "turnstile_event_listener_connected",
+                "Whether this server receives the other servers' events (PostgreSQL)",
+                family,
+            );
+        }
+        if let Some(peers) = state.hub.peers() {
+            r.register(
+                "turnstile_events_alone",
+                "Whether this server finds itself alone on its database, so it sends no events (decision 0018)",
+                ConstGauge::new(i64::from(peers.alone())),
+            );
+            r.register(
+                "turnstile_events_unsent",
+                "Events not sent because no other server listened",
+                ConstCounter::new(peers.skipped()),
+            );
+        }
+    });
     (
         [(
             axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
+            crate::server::metrics::CONTENT_TYPE,
         )],
         text,
     )

@@ -26,6 +26,10 @@ impl IntoResponse for ApiError {
         let status =
             StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut body = json!({ "error": { "code": self.0.code(), "message": self.0.message() } });
+        // The id of the request's access-log line (and of any detail logged for it).
+        if let Some(id) = crate::server::telemetry::request_id() {
+            body["error"]["request_id"] = json!(id);
+        }
         if status.is_server_error() {
             body["retryable"] = json!(self.0.retryable());
         }

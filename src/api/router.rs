@@ -11,6 +11,8 @@ use axum::routing::get;
 use leptos::prelude::*;
 use leptos_axum::{AxumRouteListing, LeptosRoutes, generate_route_list};
 use tower::ServiceBuilder;
+use tower_http::compression::CompressionLayer;
+use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::services::{ServeDir, ServeFile};
@@ -116,6 +118,8 @@ pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
                 MakeRequestUuid,
             ))
             .layer(PropagateRequestIdLayer::new(x_request_id))
+            .layer(crate::server::telemetry::access_log())
+            .layer(compression())
             .layer(axum::middleware::from_fn(
                 crate::server::telemetry::scope_request_id,
             ))
@@ -172,6 +176,21 @@ pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
     )
 }
 
+/// Responses compressed (gzip or brotli, as the client asks; decision 0048): text, JSON and
+/// wasm above a kilobyte. Never the pages, whose streamed HTML would wait in the encoder
+/// instead of reaching the browser as it renders, nor event streams, sockets or images.
+fn compression() -> CompressionLayer<impl Predicate> {
+    let predicate = SizeAbove::new(COMPRESS_ABOVE)
+        .and(NotForContentType::GRPC)
+        .and(NotForContentType::IMAGES)
+        .and(NotForContentType::SSE)
+        .and(NotForContentType::const_new("text/html"));
+    CompressionLayer::new().compress_when(predicate)
+}
+
+/// Bodies at most this long are sent as they are: compressing them saves less than it costs.
+pub const COMPRESS_ABOVE: u16 = 1024;
+
 /// I8 (decision 0024): a request that may have written is answered only once what was
 /// committed before its answer is on disk, so an acknowledged answer, prompt or task survives
 /// a power loss. On SQLite concurrent requests share one sync (group commit). Safe methods
@@ -189,16 +208,30 @@ async fn durable_before_answer(
     response
 }
 
+/// A route template as a metrics label: `/tasks/{id}` becomes `/tasks/:id` (braces inside a
+/// label value trip up simple exposition parsers).
+fn route_label(template: &str) -> String {
+    template.replace('{', ":").replace('}', "")
+}
+
 async fn count_request(
     axum::extract::State(state): axum::extract::State<AppState>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let started = std::time::Instant::now();
+    let method = req.method().clone();
+    // The route's template, never the path: the label set stays small.
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "other".to_string(), |m| route_label(m.as_str()));
     let response = next.run(req).await;
     state.metrics.record_request(
-        started.elapsed().as_micros() as u64,
+        method.as_str(),
+        &route,
         response.status().as_u16(),
+        started.elapsed(),
     );
     response
 }

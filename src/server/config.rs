@@ -6,77 +6,140 @@ use std::path::PathBuf;
 #[derive(clap::Parser, Clone, Debug)]
 #[command(
     name = "turnstile",
-    about = "A workspace for people who run AI coding agents"
+    about = "A workspace for people who run AI coding agents",
+    long_about = "A workspace for people who run AI coding agents.\n\nEvery flag with an \
+                  environment variable (shown as [env: …]) can be set through it instead."
 )]
 pub struct Config {
     /// `sqlite:<path>` or `postgres://…`. Default: an embedded SQLite file in the data directory.
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", help_heading = "Storage")]
     pub database_url: Option<String>,
     /// Where the embedded database lives (created if missing).
-    #[arg(long, env = "TURNSTILE_DATA_DIR", default_value = "./data")]
+    #[arg(
+        long,
+        env = "TURNSTILE_DATA_DIR",
+        default_value = "./data",
+        help_heading = "Storage"
+    )]
     pub data_dir: PathBuf,
     /// Address to serve on.
-    #[arg(long, env = "LEPTOS_SITE_ADDR", default_value = "127.0.0.1:3000")]
+    #[arg(
+        long,
+        env = "LEPTOS_SITE_ADDR",
+        default_value = "127.0.0.1:3000",
+        help_heading = "Serving"
+    )]
     pub addr: SocketAddr,
     /// Directory with the built front end (`pkg/` with wasm, JS and CSS).
-    #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
+    #[arg(
+        long,
+        env = "LEPTOS_SITE_ROOT",
+        default_value = "target/site",
+        help_heading = "Serving"
+    )]
     pub site_root: String,
     /// Seconds between progress notifications while a question waits (L7).
-    #[arg(long, env = "TURNSTILE_ASK_KEEPALIVE", default_value_t = 20)]
+    #[arg(
+        long,
+        env = "TURNSTILE_ASK_KEEPALIVE",
+        default_value_t = 20,
+        help_heading = "Questions"
+    )]
     pub ask_keepalive: u64,
     /// Seconds an `ask_user_question` call waits before it detaches (L9).
-    #[arg(long, env = "TURNSTILE_ASK_TIMEOUT", default_value_t = 7200)]
+    #[arg(
+        long,
+        env = "TURNSTILE_ASK_TIMEOUT",
+        default_value_t = 7200,
+        help_heading = "Questions"
+    )]
     pub ask_timeout: u64,
     /// The mock agent binary (default: `mock_agent` next to this binary).
-    #[arg(long, env = "TURNSTILE_MOCK_AGENT")]
+    #[arg(long, env = "TURNSTILE_MOCK_AGENT", help_heading = "Agents")]
     pub mock_agent: Option<PathBuf>,
     /// Run the mock agent (profile `mock`) inside this process over an in-memory pipe instead
     /// of as a process: still ACP, and MCP over HTTP. For benchmarks and demos with many
     /// sessions; other profiles are processes as always.
     /// Only in `test-hooks` builds (decision 0042).
     #[cfg(feature = "test-hooks")]
-    #[arg(long, env = "TURNSTILE_MOCK_IN_PROCESS", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "TURNSTILE_MOCK_IN_PROCESS", value_parser = clap::builder::BoolishValueParser::new(), help_heading = "Agents")]
     pub mock_in_process: bool,
     /// Another host name this server answers to (repeatable), e.g. a name a reverse proxy
     /// forwards. Loopback names and the bound address are always allowed.
-    #[arg(long = "allowed-host", value_name = "HOST")]
+    #[arg(long = "allowed-host", value_name = "HOST", help_heading = "Access")]
     pub allowed_hosts: Vec<String>,
     /// A file holding the access token (readable by its owner only). Without it the token is
     /// `ACCESS_TOKEN` from the environment, else `<data-dir>/access-token`, generated on first
     /// start. Never on the command line, where every user of the machine can read it.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Access")]
     pub access_token_file: Option<PathBuf>,
     /// Refused with an explanation: a token on the command line is visible to every local user.
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, help_heading = "Access")]
     pub access_token: Option<String>,
     /// Lets loopback clients in without the token (anyone on this machine, and any local
     /// program, gets the full API). Only for a server bound to a loopback address.
-    #[arg(long)]
+    #[arg(long, help_heading = "Access")]
     pub no_token_on_loopback: bool,
     /// Marks the login cookie `Secure` (a TLS proxy in front of the server).
-    #[arg(long, env = "TURNSTILE_COOKIE_SECURE", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, env = "TURNSTILE_COOKIE_SECURE", value_parser = clap::builder::BoolishValueParser::new(), help_heading = "Access")]
     pub cookie_secure: bool,
     /// Seconds an agent may take to finish the ACP handshake before it is killed.
-    #[arg(long, env = "TURNSTILE_AGENT_START_TIMEOUT", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "TURNSTILE_AGENT_START_TIMEOUT",
+        default_value_t = 30,
+        help_heading = "Agents"
+    )]
     pub agent_start_timeout: u64,
     /// The agent profile (by name) of a task or session created without one (A5).
-    #[arg(long, env = "TURNSTILE_DEFAULT_AGENT", default_value = "mock")]
+    #[arg(
+        long,
+        env = "TURNSTILE_DEFAULT_AGENT",
+        default_value = "mock",
+        help_heading = "Agents"
+    )]
     pub default_agent: String,
     /// Agent processes that may run at once; idle ones are stopped to make room (their
     /// sessions relaunch on demand).
-    #[arg(long, env = "TURNSTILE_MAX_AGENTS", default_value_t = 16)]
+    #[arg(
+        long,
+        env = "TURNSTILE_MAX_AGENTS",
+        default_value_t = 16,
+        help_heading = "Agents"
+    )]
     pub max_agents: usize,
     /// Seconds a shutdown waits for open requests (MCP streams, sockets) before it exits.
-    #[arg(long, env = "TURNSTILE_SHUTDOWN_TIMEOUT", default_value_t = 5)]
+    #[arg(
+        long,
+        env = "TURNSTILE_SHUTDOWN_TIMEOUT",
+        default_value_t = 5,
+        help_heading = "Serving"
+    )]
     pub shutdown_timeout: u64,
     /// This server's name among several on one PostgreSQL database (letters, digits, `-`,
     /// `_`; at most 64). Default: generated once and kept in `<data-dir>/server-id`.
-    #[arg(long, env = "TURNSTILE_SERVER_ID")]
+    #[arg(long, env = "TURNSTILE_SERVER_ID", help_heading = "Several servers")]
     pub server_id: Option<String>,
     /// Seconds after its last heartbeat (every third of it) that a server counts as dead and
     /// the others take its sessions over (several servers on PostgreSQL).
-    #[arg(long, env = "TURNSTILE_SERVER_TTL", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "TURNSTILE_SERVER_TTL",
+        default_value_t = 30,
+        help_heading = "Several servers"
+    )]
     pub server_ttl: u64,
+    /// How log lines are written: `text` (for a person) or `json` (one object per line, for
+    /// a log collector). Each request writes one line (target `turnstile::access`).
+    #[arg(long, env = "TURNSTILE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, help_heading = "Logging")]
+    pub log_format: LogFormat,
+}
+
+/// `--log-format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// A server id as `--server-id` takes it.

@@ -145,11 +145,13 @@ fn lan_ip() -> Option<IpAddr> {
 
 /// What an attacker must never read without the token: a task's title, its transcript, an
 /// agent profile's command.
-const SECRET_TITLE: &str = "Secret-task-title-4711";
-const SECRET_COMMAND: &str = "/opt/secret-agent-command-4711";
+const SECRET_TITLE: &str = "Secret-task-title-zq4711";
+const SECRET_COMMAND: &str = "/opt/secret-agent-command-zq4711";
 
+/// Whether `body` shows either secret, or part of one. The mark has letters no hexadecimal id
+/// (a request id in an error body) can hold.
 fn leaks(body: &str) -> bool {
-    body.contains("4711")
+    body.contains("zq4711")
 }
 
 /// Every route, page and server function, asked without credentials — plainly and through

@@ -21,6 +21,7 @@ mod lifecycle_model;
 mod mcp;
 mod module_graph;
 mod official_sdk;
+mod operating;
 mod pending_action_locks;
 mod profile_check;
 mod projections;

@@ -187,6 +187,11 @@ pub async fn respond(
     };
     // Resolved (until an undo makes it pending again; an answer then reads its questions).
     state.runtime.questions.forget(pending_id);
+    state
+        .metrics
+        .record_answer(std::time::Duration::from_micros(
+            u64::try_from(now - record.created_at).unwrap_or(0),
+        ));
     let won = Responded {
         claimed: true,
         status: claim.status,

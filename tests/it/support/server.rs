@@ -32,6 +32,10 @@ pub fn site_root() -> &'static str {
             "export default function() {}\n",
         )
         .unwrap();
+        // A stand-in wasm module of the size of a page chunk, compressible like a real one.
+        let mut wasm = b"\0asm\x01\0\0\0".to_vec();
+        wasm.extend((0..64 * 1024).map(|i: u32| (i % 251) as u8 & 0x3f));
+        std::fs::write(root.join("pkg/turnstile_bg.wasm"), wasm).unwrap();
         std::fs::write(
             root.join("favicon.svg"),
             "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n",
@@ -311,7 +315,11 @@ impl BinaryServer {
 /// The port of the `turnstile listening addr=…` start-up line in a server's log.
 pub fn listening_port(log: &str) -> Option<u16> {
     let line = log.lines().find(|l| l.contains("turnstile listening"))?;
-    let addr = line.split("addr=").nth(1)?.split_whitespace().next()?;
+    // `addr=host:port` in text, `"addr":"host:port"` with `--log-format json`.
+    let addr = match line.split("addr=").nth(1) {
+        Some(rest) => rest.split_whitespace().next()?,
+        None => line.split("\"addr\":\"").nth(1)?.split('"').next()?,
+    };
     addr.rsplit(':').next()?.parse().ok()
 }
 

@@ -40,11 +40,15 @@ impl Worker {
                     .set_mcp_token_hash(&self.session_id, &token_hash)
                     .await?;
                 let timeout = self.state.runtime.config.agent_start_timeout;
-                tokio::select! {
+                let started = std::time::Instant::now();
+                let launched = tokio::select! {
                     r = agents::launch(spec, timeout) => r.map(|(c, rx)| (c, rx, token_hash)),
                     _ = self.stop.cancelled() => Err("the session is stopping".into()),
-                }
-                .map_err(WorkerError::Agent)
+                };
+                self.state
+                    .metrics
+                    .record_launch(started.elapsed(), launched.is_ok());
+                launched.map_err(WorkerError::Agent)
             }
             Err(e) => Err(e),
         };
