@@ -47,6 +47,16 @@ export default defineConfig({
       dependencies: ["setup"],
       use: { ...devices["Desktop Chrome"], launchOptions: chromium, storageState: authFile },
     },
+    // Only when scripts/test.sh names a release build (`--project release`, after the suite).
+    ...(process.env.E2E_RELEASE_BINARY
+      ? [
+          {
+            name: "release",
+            testDir: "./tests/release",
+            use: { ...devices["Desktop Chrome"], launchOptions: chromium },
+          },
+        ]
+      : []),
     {
       name: "mobile",
       testDir: "./tests/mobile",

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs Turnstile on the embedded default: SQLite under ./data, http://127.0.0.1:3000, the mock
-# agent available. Open the login link it prints (the access token is in ./data/access-token).
-# Extra arguments go to the server (see `target/debug/turnstile --help`).
+# Runs Turnstile as users get it — the release build, its site built in — on the embedded
+# default: SQLite under ./data, http://127.0.0.1:3000, the mock agent available. Open the login
+# link it prints, with the address the server bound (the access token is in
+# ./data/access-token). Extra arguments go to the server (`target/release/turnstile --help`).
+# scripts/dev.sh runs the debug build instead (faster to rebuild).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 "$ROOT/scripts/setup.sh"
-"$ROOT/scripts/build.sh"
+"$ROOT/scripts/build.sh" --release
 cd "$ROOT"
-export LEPTOS_OUTPUT_NAME="$APP_NAME" LEPTOS_SITE_ROOT="$SITE_ROOT"
 # The server's start-up line says where it listens and gives a one-time login link.
-exec "$ROOT/target/debug/$APP_NAME" "$@"
+exec "$ROOT/target/release/$APP_NAME" "$@"

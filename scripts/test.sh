@@ -63,3 +63,10 @@ E2E_DATA_DIR=$(mktemp -d /tmp/turnstile-e2e.XXXXXX)
 export E2E_PORT E2E_LAN_PORT E2E_DATA_DIR
 (cd end2end && npx playwright test)
 rm -rf "$E2E_DATA_DIR" "$E2E_DATA_DIR-lan"
+
+log "the release binary, moved to another directory (Playwright)"
+"$ROOT/scripts/build.sh" --release
+"$ROOT/scripts/no_test_seams.sh" target/release/turnstile
+E2E_DATA_DIR=$(mktemp -d /tmp/turnstile-e2e.XXXXXX)
+(cd end2end && E2E_RELEASE_BINARY="$ROOT/target/release/turnstile" npx playwright test --project release)
+rm -rf "$E2E_DATA_DIR" "$E2E_DATA_DIR-lan"

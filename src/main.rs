@@ -217,10 +217,19 @@ async fn serve(
     let bound = listener.local_addr().unwrap_or(config.addr);
     let options = LeptosOptions::builder()
         .output_name("turnstile")
-        .site_root(config.site_root.as_str())
+        // Empty: the files built into the binary (`api::site`).
+        .site_root(config.site_root.clone().unwrap_or_default())
         .site_pkg_dir("pkg")
         .site_addr(bound)
         .build();
+    let files = turnstile::api::site::SiteFiles::of(&options.site_root);
+    if !files.has_bundle(&options.output_name) {
+        tracing::warn!(
+            files = ?files,
+            "no browser bundle: pages will have no script (build it with scripts/build.sh, or \
+             give --site-root a built site)"
+        );
+    }
     let runtime = match config.runtime(bound) {
         Ok(r) => r,
         Err(e) => return fail(format!("cannot prepare the agent runtime: {e}")),

@@ -24,6 +24,8 @@ pub mod serve;
 #[cfg(feature = "ssr")]
 mod sessions;
 #[cfg(feature = "ssr")]
+pub mod site;
+#[cfg(feature = "ssr")]
 mod workflows;
 #[cfg(feature = "ssr")]
 pub mod ws;

@@ -15,7 +15,6 @@ use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::services::{ServeDir, ServeFile};
 use tower_http::set_header::SetResponseHeaderLayer;
 
 use super::{front_door, login, rest};
@@ -45,10 +44,7 @@ pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
         door: door.clone(),
         logins: crate::server::auth::Logins::of(&state),
     };
-    // The static files: a file service that answers anything it does not hold (a missing file,
-    // a directory, an encoded `..`) with a plain 404, never with a rendered page.
-    let site = std::path::PathBuf::from(&*state.leptos_options.site_root);
-    let files = ServeDir::new(site.join("pkg")).append_index_html_on_directories(false);
+    let files = super::site::SiteFiles::of(&state.leptos_options.site_root);
     let app = Router::new()
         .merge(super::rest_routes(&state))
         .route(
@@ -61,8 +57,7 @@ pub fn router(state: AppState, door: Arc<FrontDoor>) -> Router {
             "/logout",
             axum::routing::post(login::logout).with_state(gate.clone()),
         )
-        .nest_service("/pkg", files)
-        .route_service("/favicon.svg", ServeFile::new(site.join("favicon.svg")))
+        .merge(files.routes())
         .leptos_routes(&state, routes, {
             let options = state.leptos_options.clone();
             move || shell(options.clone())

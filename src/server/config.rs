@@ -30,14 +30,15 @@ pub struct Config {
         help_heading = "Serving"
     )]
     pub addr: SocketAddr,
-    /// Directory with the built front end (`pkg/` with wasm, JS and CSS).
+    /// Serve the front end (`pkg/` with wasm, JS and CSS, and `favicon.svg`) from this
+    /// directory instead of the files built into the binary.
     #[arg(
         long,
         env = "LEPTOS_SITE_ROOT",
-        default_value = "target/site",
+        value_name = "DIR",
         help_heading = "Serving"
     )]
-    pub site_root: String,
+    pub site_root: Option<String>,
     /// Seconds between progress notifications while a question waits (L7).
     #[arg(
         long,

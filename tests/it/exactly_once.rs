@@ -859,6 +859,8 @@ async fn d18_n3_an_action_that_read_a_step_another_action_left_moves_from_the_ne
         wf["steps"][1]["id"].as_str().unwrap().to_string(),
         wf["steps"][2]["id"].as_str().unwrap().to_string(),
     );
+    // The first turn done (an idle worker alone may not have started it yet).
+    api.wait_turns_done(&session, 1).await;
     assert_eq!(
         settled_step(&server, &api, &task_id, &session).await,
         b.as_str()
