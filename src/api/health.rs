@@ -36,6 +36,7 @@ pub async fn metrics(
         active_bundles: gauges::active_bundles(&state).await,
         running_agents: i64::try_from(state.runtime.agents.count()).unwrap_or(i64::MAX),
         open_permissions: i64::try_from(state.runtime.permissions.len()).unwrap_or(i64::MAX),
+        queued_prompts: i64::try_from(state.runtime.queued.total()).unwrap_or(i64::MAX),
         writer: gauges::write_connection_usage(&state),
     };
     let text = state.metrics.render(gauges, |r| {

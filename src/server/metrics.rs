@@ -84,6 +84,8 @@ pub struct Gauges {
     pub running_agents: i64,
     /// Permission requests waiting for the user on this server (N6).
     pub open_permissions: i64,
+    /// Prompts waiting behind a running turn on this server (P3).
+    pub queued_prompts: i64,
     /// SQLite's one write connection (`None` on PostgreSQL).
     pub writer: Option<ConnectionUsage>,
 }
@@ -171,6 +173,11 @@ impl Metrics {
             "turnstile_open_permissions",
             "Permission requests waiting for the user on this server (N6)",
             ConstGauge::new(gauges.open_permissions),
+        );
+        r.register(
+            "turnstile_queued_prompts",
+            "Prompts waiting behind a running turn on this server (P3)",
+            ConstGauge::new(gauges.queued_prompts),
         );
         r.register(
             "turnstile_summary_cas_retries",

@@ -302,3 +302,36 @@ async fn metrics_parse_and_hold_latency_histograms_after_a_round_trip(url: Strin
     assert!(sample(&scrape, "turnstile_http_requests_total", &[]).unwrap() >= 3.0);
     server.stop().await;
 }
+
+both_http!(m_p3_prompts_queued_behind_a_running_turn_are_a_gauge);
+
+/// P3 in `/metrics`: a prompt sent while the session's turn runs waits in its queue and counts
+/// in `turnstile_queued_prompts` until it starts.
+async fn m_p3_prompts_queued_behind_a_running_turn_are_a_gauge(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (_, session) = api.start_task("e2e:delay(60000)").await;
+    let queued = |text: String| metric(&text, "turnstile_queued_prompts");
+    assert_eq!(queued(server.metrics().await), Some(0.0));
+    let (status, body) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/prompt"),
+            serde_json::json!({ "content": "e2e:message(\"next\")" }),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), &body["queued"]),
+        (200, &serde_json::json!(true)),
+        "{body}"
+    );
+    assert_eq!(queued(server.metrics().await), Some(1.0));
+    // The running turn ends: the queued prompt starts and leaves the queue.
+    api.post(
+        &format!("/api/v1/sessions/{session}/cancel"),
+        serde_json::json!({}),
+    )
+    .await;
+    api.wait_turns_done(&session, 2).await;
+    assert_eq!(queued(server.metrics().await), Some(0.0));
+    server.stop().await;
+}

@@ -101,6 +101,8 @@ pub struct Runtime {
     pub lease_rounds: tokio::sync::watch::Sender<u64>,
     /// Profiles whose check runs now (A2: one at a time per profile).
     pub profile_checks: Slots<()>,
+    /// session → prompts waiting behind its open turn on this server (P3; `/metrics`).
+    pub queued: Slots<usize>,
     /// E7: `elicitation/complete` of the agents, met with the link questions they complete.
     pub completions: Completions,
 }
@@ -122,6 +124,7 @@ impl Runtime {
             elicitations_rx: Mutex::new(Some(elicitations_rx)),
             lease_rounds: tokio::sync::watch::Sender::new(0),
             profile_checks: Slots::default(),
+            queued: Slots::default(),
             completions: Completions::default(),
             agents: AgentSlots::new(config.max_agents),
             agent_groups: Arc::default(),

@@ -147,6 +147,13 @@ impl AgentSlots {
     }
 }
 
+impl Slots<usize> {
+    /// The sum of the entries.
+    pub fn total(&self) -> usize {
+        self.inner.lock().expect("slots lock").values().sum()
+    }
+}
+
 /// Per-session counters the stream merger reads.
 #[derive(Default)]
 pub struct SessionCounters {

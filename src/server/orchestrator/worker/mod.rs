@@ -134,6 +134,7 @@ impl Worker {
         }
         self.flush_stream().await;
         self.stop_agent().await;
+        self.state.runtime.queued.take(&self.session_id);
         // Answer what is still queued so no caller waits forever.
         commands.close();
         while let Ok(command) = commands.try_recv() {

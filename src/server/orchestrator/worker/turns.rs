@@ -84,6 +84,10 @@ impl Worker {
     /// P3: the task's summary shows how many prompts wait (the count is the session's, stored,
     /// so a refresh on any server reads it).
     pub(super) async fn queue_changed(&self) {
+        match self.queue.len() {
+            0 => self.state.runtime.queued.take(&self.session_id),
+            n => self.state.runtime.queued.put(&self.session_id, n),
+        };
         let r = self
             .state
             .repo
