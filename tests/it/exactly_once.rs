@@ -566,6 +566,21 @@ async fn d14_n6_a_permission_asked_as_an_answer_becomes_owed_is_cancelled(url: S
     server.stop().await;
 }
 
+/// A task on workflow `wf` whose first prompt is `prompt`: its id and its primary session.
+async fn task_on_workflow(api: &Api, wf: &Value, prompt: impl Into<Value>) -> (String, String) {
+    let (status, task) = api
+        .post(
+            "/api/v1/tasks",
+            json!({ "title": "t", "workflow_id": wf["id"], "prompt": prompt.into() }),
+        )
+        .await;
+    assert_eq!(status, 200, "{task}");
+    (
+        task["id"].as_str().unwrap().to_string(),
+        task["primary_session_id"].as_str().unwrap().to_string(),
+    )
+}
+
 /// The task's step, once its session's worker is idle (nothing more can move it meanwhile).
 async fn settled_step(server: &TestServer, api: &Api, task: &str, session: &str) -> Value {
     let state = server.state.clone();
@@ -586,16 +601,7 @@ async fn d15_n3_a_rejection_as_the_step_action_is_decided_still_advances_once(ur
     let api = Api::new(&server.base);
     let wf = three_step_workflow(&api).await;
     let (arrived, go) = pause_at(&server, Point::StepGuard);
-    let (_, task) = api
-        .post(
-            "/api/v1/tasks",
-            json!({ "title": "t", "workflow_id": wf["id"], "prompt": SHORT_TIMEOUT }),
-        )
-        .await;
-    let (task_id, session) = (
-        task["id"].as_str().unwrap().to_string(),
-        task["primary_session_id"].as_str().unwrap().to_string(),
-    );
+    let (task_id, session) = task_on_workflow(&api, &wf, SHORT_TIMEOUT).await;
     let pending = api.pending_id(&session).await;
     arrived.acquire().await.unwrap().forget();
     let (status, body) = respond(&api, &pending, json!({ "rejected": true })).await;
@@ -639,16 +645,7 @@ async fn d15_n3_a_question_asked_as_a_deferred_action_runs_blocks_it(url: String
             }
         });
     }
-    let (_, task) = api
-        .post(
-            "/api/v1/tasks",
-            json!({ "title": "t", "workflow_id": wf["id"], "prompt": SHORT_TIMEOUT }),
-        )
-        .await;
-    let (task_id, session) = (
-        task["id"].as_str().unwrap().to_string(),
-        task["primary_session_id"].as_str().unwrap().to_string(),
-    );
+    let (task_id, session) = task_on_workflow(&api, &wf, SHORT_TIMEOUT).await;
     let pending = api.pending_id(&session).await;
     let turns = api.wait_turns_done(&session, 1).await;
     let first = turns[0]["id"].as_str().unwrap().to_string();
@@ -844,16 +841,7 @@ async fn d18_n3_an_action_that_read_a_step_another_action_left_moves_from_the_ne
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
     let wf = three_step_workflow(&api).await;
-    let (_, task) = api
-        .post(
-            "/api/v1/tasks",
-            json!({ "title": "t", "workflow_id": wf["id"], "prompt": "e2e:message(\"one\")" }),
-        )
-        .await;
-    let (task_id, session) = (
-        task["id"].as_str().unwrap().to_string(),
-        task["primary_session_id"].as_str().unwrap().to_string(),
-    );
+    let (task_id, session) = task_on_workflow(&api, &wf, "e2e:message(\"one\")").await;
     let (a, b, c) = (
         wf["steps"][0]["id"].as_str().unwrap().to_string(),
         wf["steps"][1]["id"].as_str().unwrap().to_string(),
@@ -936,16 +924,7 @@ async fn d4_n3_a_rejection_while_the_turn_is_open_advances_the_task_once(url: St
     let server = TestServer::start(&url).await;
     let api = Api::new(&server.base);
     let wf = three_step_workflow(&api).await;
-    let (_, task) = api
-        .post(
-            "/api/v1/tasks",
-            json!({ "title": "t", "workflow_id": wf["id"], "prompt": timeout_then("e2e:permission()") }),
-        )
-        .await;
-    let (task_id, session) = (
-        task["id"].as_str().unwrap().to_string(),
-        task["primary_session_id"].as_str().unwrap().to_string(),
-    );
+    let (task_id, session) = task_on_workflow(&api, &wf, timeout_then("e2e:permission()")).await;
     let pending = api.pending_id(&session).await;
     wait_detached(&api, &pending).await;
     let permission = api.pending_id_of_kind(&session, "permission_request").await;
@@ -1597,16 +1576,7 @@ async fn d16_n3_a_step_action_cut_off_by_a_crash_runs_once_after_the_restart(url
     let api = Api::new(&server.base);
     let wf = three_step_workflow(&api).await;
     let (arrived, go) = pause_at(&server, Point::StepGuard);
-    let (_, task) = api
-        .post(
-            "/api/v1/tasks",
-            json!({ "title": "t", "workflow_id": wf["id"], "prompt": "e2e:message(\"done\")" }),
-        )
-        .await;
-    let (task_id, session) = (
-        task["id"].as_str().unwrap().to_string(),
-        task["primary_session_id"].as_str().unwrap().to_string(),
-    );
+    let (task_id, session) = task_on_workflow(&api, &wf, "e2e:message(\"done\")").await;
     arrived.acquire().await.unwrap().forget();
     let first = server.state.clone();
     server.stop().await;

@@ -84,6 +84,22 @@ async fn log_line(log: &Path, parts: &[&str]) -> String {
     found.unwrap()
 }
 
+/// The server binary started with `args`, and the file its log goes to.
+async fn logging_server(args: &[&str]) -> (BinaryServer, std::path::PathBuf) {
+    let dir = temp_dir("log");
+    let (log, terminal) = (dir.join("out.log"), dir.join("err.log"));
+    let server = BinaryServer::spawn_on(
+        "127.0.0.1",
+        &sqlite_url(),
+        &dir,
+        args,
+        &[],
+        Some((&log, &terminal)),
+    )
+    .await;
+    (server, log)
+}
+
 /// An error answer and the id it names.
 async fn failing_request(server: &BinaryServer) -> (reqwest::header::HeaderMap, Value) {
     let r = server
@@ -102,17 +118,7 @@ async fn failing_request(server: &BinaryServer) -> (reqwest::header::HeaderMap, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_names_the_request_id_of_its_access_log_line() {
-    let dir = temp_dir("access-log");
-    let (log, terminal) = (dir.join("out.log"), dir.join("err.log"));
-    let server = BinaryServer::spawn_on(
-        "127.0.0.1",
-        &sqlite_url(),
-        &dir,
-        &[],
-        &[],
-        Some((&log, &terminal)),
-    )
-    .await;
+    let (server, log) = logging_server(&[]).await;
     let (headers, body) = failing_request(&server).await;
     let id = body["error"]["request_id"]
         .as_str()
@@ -132,17 +138,7 @@ async fn an_error_names_the_request_id_of_its_access_log_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_json_log_has_one_object_per_line_with_the_request() {
-    let dir = temp_dir("json-log");
-    let (log, terminal) = (dir.join("out.log"), dir.join("err.log"));
-    let server = BinaryServer::spawn_on(
-        "127.0.0.1",
-        &sqlite_url(),
-        &dir,
-        &["--log-format", "json"],
-        &[],
-        Some((&log, &terminal)),
-    )
-    .await;
+    let (server, log) = logging_server(&["--log-format", "json"]).await;
     let (_, body) = failing_request(&server).await;
     let id = body["error"]["request_id"].as_str().unwrap().to_string();
     log_line(&log, &[&id, "\"status\":404"]).await;
