@@ -52,6 +52,15 @@ if [ "$profile" = release ] && [ -x end2end/node_modules/.bin/wasm-opt ]; then
 fi
 cp style/main.css "$SITE_ROOT/pkg/$APP_NAME.css"
 cp -r public/. "$SITE_ROOT/"
+if [ "$profile" = release ]; then
+  # Each file of the bundle also as .br and .gz at the best ratio, served as they are to
+  # browsers that accept them (docs/decisions/0050-the-site-inside-the-binary.md).
+  command -v brotli >/dev/null || die "brotli is missing: run scripts/setup.sh"
+  for file in "$SITE_ROOT/pkg/"*.wasm "$SITE_ROOT/pkg/"*.js "$SITE_ROOT/pkg/"*.css; do
+    brotli --best --force --keep "$file"
+    gzip -9 --no-name --force --keep "$file"
+  done
+fi
 
 [ "$bundle_only" = 1 ] && exit 0
 

@@ -30,6 +30,11 @@ apt_install() {
 
 command -v cargo >/dev/null || die "cargo is missing: install Rust with rustup first"
 
+# The release build stores each file of the browser bundle brotli-compressed too.
+if ! command -v brotli >/dev/null; then
+  apt_install brotli
+fi
+
 # The toolchain and wasm target come from rust-toolchain.toml; make sure they are installed.
 if ! (cd "$ROOT" && rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown); then
   log "installing the wasm32-unknown-unknown target"

@@ -64,9 +64,17 @@ export E2E_PORT E2E_LAN_PORT E2E_DATA_DIR
 (cd end2end && npx playwright test)
 rm -rf "$E2E_DATA_DIR" "$E2E_DATA_DIR-lan"
 
-log "the release binary, moved to another directory (Playwright)"
+log "the release binary, installed with cargo install and run elsewhere (Playwright)"
 "$ROOT/scripts/build.sh" --release
 "$ROOT/scripts/no_test_seams.sh" target/release/turnstile
+# `cargo install --path .` as the README says, on the release build just made (same target
+# directory and revision: nothing is compiled again).
+INSTALL_ROOT=$(mktemp -d /tmp/turnstile-install.XXXXXX)
+TURNSTILE_GIT_REVISION="$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
+  cargo install --path "$ROOT" --locked --target-dir "$ROOT/target" --root "$INSTALL_ROOT" \
+  --bin "$APP_NAME" --bin mock_agent
+# (The suite's configuration starts its debug servers for this project too.)
 E2E_DATA_DIR=$(mktemp -d /tmp/turnstile-e2e.XXXXXX)
-(cd end2end && E2E_RELEASE_BINARY="$ROOT/target/release/turnstile" npx playwright test --project release)
-rm -rf "$E2E_DATA_DIR" "$E2E_DATA_DIR-lan"
+(cd end2end && E2E_RELEASE_BINARY="$INSTALL_ROOT/bin/$APP_NAME" E2E_SITE_ROOT="$SITE_ROOT" \
+  npx playwright test --project release)
+rm -rf "$INSTALL_ROOT" "$E2E_DATA_DIR" "$E2E_DATA_DIR-lan"

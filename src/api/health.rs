@@ -38,6 +38,7 @@ pub async fn metrics(
         open_permissions: i64::try_from(state.runtime.permissions.len()).unwrap_or(i64::MAX),
         queued_prompts: i64::try_from(state.runtime.queued.total()).unwrap_or(i64::MAX),
         writer: gauges::write_connection_usage(&state),
+        pool: gauges::pool_usage(&state),
     };
     let text = state.metrics.render(gauges, |r| {
         if let Some(listener) = state.hub.listener() {

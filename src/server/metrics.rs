@@ -13,7 +13,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::server::repo::ConnectionUsage;
+use crate::server::repo::{ConnectionUsage, PoolUsage};
 
 /// The media type of the exposition (the OpenMetrics text, which Prometheus reads).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -88,6 +88,8 @@ pub struct Gauges {
     pub queued_prompts: i64,
     /// SQLite's one write connection (`None` on PostgreSQL).
     pub writer: Option<ConnectionUsage>,
+    /// The database pool (PostgreSQL, in-memory SQLite; `None` for a SQLite file).
+    pub pool: Option<PoolUsage>,
 }
 
 impl Metrics {
@@ -206,8 +208,8 @@ impl Metrics {
                 ConstGauge::new(n),
             );
         }
+        let seconds = |micros: u64| ConstCounter::new(micros as f64 / 1e6);
         if let Some(w) = gauges.writer {
-            let seconds = |micros: u64| ConstCounter::new(micros as f64 / 1e6);
             r.register(
                 "turnstile_sqlite_writer_uses",
                 "Times SQLite's one write connection was taken (a statement or a transaction)",
@@ -222,6 +224,33 @@ impl Metrics {
                 "turnstile_sqlite_writer_busy_seconds",
                 "Time SQLite's write connection was taken; near the elapsed time, writes queue",
                 seconds(w.held_micros),
+            );
+        }
+        if let Some(p) = gauges.pool {
+            r.register(
+                "turnstile_db_pool_acquires",
+                "Connections taken from the database pool (a statement or a transaction)",
+                ConstCounter::new(p.usage.lent),
+            );
+            r.register(
+                "turnstile_db_pool_wait_seconds",
+                "Time spent waiting for a connection of the database pool",
+                seconds(p.usage.waited_micros),
+            );
+            r.register(
+                "turnstile_db_pool_busy_seconds",
+                "Time connections of the database pool were taken, summed over connections",
+                seconds(p.usage.held_micros),
+            );
+            r.register(
+                "turnstile_db_pool_connections",
+                "Connections the database pool holds open, idle or taken",
+                ConstGauge::new(i64::from(p.size)),
+            );
+            r.register(
+                "turnstile_db_pool_idle_connections",
+                "Connections of the database pool open and idle",
+                ConstGauge::new(i64::try_from(p.idle).unwrap_or(i64::MAX)),
             );
         }
         extra(&mut r);

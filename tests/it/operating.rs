@@ -331,3 +331,87 @@ async fn m_p3_prompts_queued_behind_a_running_turn_are_a_gauge(url: String) {
     assert_eq!(queued(server.metrics().await), Some(0.0));
     server.stop().await;
 }
+
+both_http!(metrics_show_how_busy_the_database_pool_is);
+
+/// `GET /metrics` on PostgreSQL counts the connections taken from the pool, the time callers
+/// waited for one and the time they were held, with the pool's size; a write request moves
+/// the counters. A SQLite database file has no pool (its writer has lines of its own).
+async fn metrics_show_how_busy_the_database_pool_is(url: String) {
+    let server = TestServer::start(&url).await;
+    let before = server.metrics().await;
+    let (status, _) = Api::new(&server.base)
+        .post("/api/v1/tasks", serde_json::json!({ "title": "counted" }))
+        .await;
+    assert_eq!(status, 200);
+    let after = server.metrics().await;
+    let names = [
+        "turnstile_db_pool_acquires_total",
+        "turnstile_db_pool_wait_seconds_total",
+        "turnstile_db_pool_busy_seconds_total",
+        "turnstile_db_pool_connections",
+        "turnstile_db_pool_idle_connections",
+    ];
+    if url.starts_with("sqlite:") {
+        for name in names {
+            assert!(
+                !after.contains(name),
+                "a database file has no pool: {after}"
+            );
+        }
+        server.stop().await;
+        return;
+    }
+    let [acquires, waited, busy, size, idle] = names.map(|n| {
+        (
+            metric(&before, n).unwrap_or_else(|| panic!("{n} missing: {before}")),
+            metric(&after, n).unwrap_or_else(|| panic!("{n} missing: {after}")),
+        )
+    });
+    assert!(
+        acquires.1 > acquires.0,
+        "the insert took a connection: {acquires:?}"
+    );
+    assert!(busy.1 > busy.0, "and held it for some time: {busy:?}");
+    assert!(
+        waited.1 >= waited.0,
+        "a counter never goes back: {waited:?}"
+    );
+    assert!(size.1 >= 1.0 && size.1 <= 10.0, "the pool's size: {size:?}");
+    assert!(
+        idle.1 <= size.1,
+        "idle connections are open ones: {idle:?} of {size:?}"
+    );
+    server.stop().await;
+}
+
+/// An agent's stderr is in the server's log at the default level, each line with the session
+/// it belongs to (target `turnstile::agent_stderr`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_stderr_is_logged_at_info_with_its_session() {
+    let (server, log) = logging_server(&[]).await;
+    let api = &server.api;
+    let (status, profile) = api
+        .post(
+            "/api/v1/agent-profiles",
+            serde_json::json!({
+                "name": "noisy",
+                "command": "/bin/sh",
+                "args": ["-c", "echo 'stderr mark quokka' >&2; exit 3"],
+            }),
+        )
+        .await;
+    assert_eq!(status, 200, "{profile}");
+    let (status, task) = api
+        .post(
+            "/api/v1/tasks",
+            serde_json::json!({ "title": "t", "prompt": "hi", "agent_profile_id": profile["id"] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{task}");
+    let session = task["primary_session_id"].as_str().unwrap();
+    let line = log_line(&log, &["stderr mark quokka"]).await;
+    assert!(line.contains("INFO"), "{line}");
+    assert!(line.contains("turnstile::agent_stderr"), "{line}");
+    assert!(line.contains(session), "{line}");
+}

@@ -4,10 +4,12 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 
-// The release binary runs from any directory (decision 0050): copied with its mock agent into
-// an empty directory, started there with no LEPTOS_* variable, it serves the board with its
-// scripts, and the wasm compressed when the browser asks for it.
-// scripts/test.sh builds it (`scripts/build.sh --release`) and names it in E2E_RELEASE_BINARY.
+// The release binary runs from any directory (decision 0050): installed with `cargo install`,
+// copied with its mock agent into an empty directory, started there with no LEPTOS_* variable,
+// it serves the board with its scripts, and the wasm as stored at build time (brotli or gzip)
+// when the browser asks for it.
+// scripts/test.sh builds and installs it and names it in E2E_RELEASE_BINARY (the bundle it
+// was built with in E2E_SITE_ROOT).
 
 const token = "e2e-release-token-0123456789";
 let child: ChildProcess | null = null;
@@ -65,8 +67,19 @@ test("the release binary, moved elsewhere, serves the board with its scripts", a
   expect(wasm.status()).toBe(200);
   expect(wasm.headers()["content-encoding"]).toBe("br");
   expect(wasm.headers()["content-type"]).toBe("application/wasm");
+  // Sent as stored at build time (best ratio), not compressed per request: the length is the
+  // stored file's.
+  const site = path.join(process.env.E2E_SITE_ROOT ?? "../target/site", "pkg");
+  const stored = (suffix: string) => String(fs.statSync(path.join(site, `turnstile_bg.wasm${suffix}`)).size);
+  expect(wasm.headers()["content-length"]).toBe(stored(".br"));
   const gz = await request.get(`${base}/pkg/turnstile_bg.wasm`, {
     headers: { authorization: `Bearer ${token}`, "accept-encoding": "gzip" },
   });
   expect(gz.headers()["content-encoding"]).toBe("gzip");
+  expect(gz.headers()["content-length"]).toBe(stored(".gz"));
+  const plain = await request.get(`${base}/pkg/turnstile_bg.wasm`, {
+    headers: { authorization: `Bearer ${token}`, "accept-encoding": "identity" },
+  });
+  expect(plain.headers()["content-encoding"]).toBeUndefined();
+  expect(plain.headers()["content-length"]).toBe(stored(""));
 });

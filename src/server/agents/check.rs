@@ -105,7 +105,7 @@ pub async fn check(spec: CheckSpec) -> CheckReport {
     let tail = child
         .stderr
         .take()
-        .map(StderrTail::capture)
+        .map(|e| StderrTail::capture(e, "check".to_string()))
         .unwrap_or_default();
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         group.kill();

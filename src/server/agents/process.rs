@@ -1,15 +1,15 @@
 //! Agent processes with least privilege (spec "Server process"): a minimal environment (never
 //! the server's secrets such as `DATABASE_URL` or `ACCESS_TOKEN`), their own process group
 //! (killed as a group, so a wrapper such as `npx` leaves no grandchildren behind, also when the
-//! agent exits on its own or the server stops), and the last lines of their stderr kept to
-//! explain a failure.
+//! agent exits on its own or the server stops), and their stderr in the server's log (at info,
+//! within a budget) with its last lines kept to explain a failure.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
@@ -210,22 +210,67 @@ const TAIL_LINE_CHARS: usize = 500;
 /// Bytes of one line held while it is read (a UTF-8 character is at most four).
 const TAIL_LINE_BYTES: usize = 4 * TAIL_LINE_CHARS;
 
+/// Stderr lines of one agent logged per window; the rest are counted and the count logged
+/// when the next window opens. An agent printing without pause cannot fill the server's log.
+const LOG_LINES_PER_WINDOW: u32 = 100;
+const LOG_WINDOW: Duration = Duration::from_secs(10);
+
 /// The last lines an agent wrote to stderr.
 #[derive(Clone, Default)]
 pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
 
+/// How many of an agent's stderr lines the log takes: [`LOG_LINES_PER_WINDOW`] per
+/// [`LOG_WINDOW`].
+#[derive(Debug)]
+struct LogBudget {
+    window: Instant,
+    logged: u32,
+    skipped: u64,
+}
+
+impl LogBudget {
+    fn new(now: Instant) -> LogBudget {
+        LogBudget {
+            window: now,
+            logged: 0,
+            skipped: 0,
+        }
+    }
+
+    /// Whether a line read at `now` is logged, and the lines skipped in the window that just
+    /// ended (to be reported once, before this line).
+    fn admit(&mut self, now: Instant) -> (bool, u64) {
+        let mut ended = 0;
+        if now.duration_since(self.window) >= LOG_WINDOW {
+            ended = std::mem::take(&mut self.skipped);
+            self.window = now;
+            self.logged = 0;
+        }
+        if self.logged < LOG_LINES_PER_WINDOW {
+            self.logged += 1;
+            (true, ended)
+        } else {
+            self.skipped += 1;
+            (false, ended)
+        }
+    }
+}
+
 impl StderrTail {
-    /// Reads `stderr` until it closes, keeping the last lines (each cut to a bounded length,
-    /// and never held longer than that in memory: a line without an end is cut too).
-    pub fn capture(stderr: ChildStderr) -> StderrTail {
+    /// Reads `stderr` until it closes: each line goes to the log (target
+    /// `turnstile::agent_stderr`, with `agent`: the session, or `check`) within the budget, and
+    /// the last lines are kept (each cut to a bounded length, and never held longer than that
+    /// in memory: a line without an end is cut too).
+    pub fn capture(stderr: ChildStderr, agent: String) -> StderrTail {
         let tail = StderrTail::default();
-        tokio::spawn(tail.clone().keep(stderr));
+        tokio::spawn(tail.clone().keep(stderr, agent));
         tail
     }
 
-    async fn keep(self, stderr: impl AsyncRead + Unpin) {
+    async fn keep(self, stderr: impl AsyncRead + Unpin, agent: String) {
         let mut reader = BufReader::new(stderr);
         let mut line: Vec<u8> = Vec::new();
+        let mut budget = LogBudget::new(Instant::now());
         loop {
             let buf = match reader.fill_buf().await {
                 Ok(buf) if !buf.is_empty() => buf,
@@ -238,21 +283,30 @@ impl StderrTail {
             let used = newline.map_or(buf.len(), |i| i + 1);
             reader.consume(used);
             if newline.is_some() {
-                self.push(&line);
+                self.push(&line, &agent, &mut budget);
                 line.clear();
             }
         }
         if !line.is_empty() {
-            self.push(&line);
+            self.push(&line, &agent, &mut budget);
+        }
+        if budget.skipped > 0 {
+            tracing::info!(target: "turnstile::agent_stderr", %agent, skipped = budget.skipped, "stderr lines not logged");
         }
     }
 
-    fn push(&self, line: &[u8]) {
+    fn push(&self, line: &[u8], agent: &str, budget: &mut LogBudget) {
         let line: String = String::from_utf8_lossy(line)
             .chars()
             .take(TAIL_LINE_CHARS)
             .collect();
-        tracing::debug!(target: "agent_stderr", "{line}");
+        let (log, skipped) = budget.admit(Instant::now());
+        if skipped > 0 {
+            tracing::info!(target: "turnstile::agent_stderr", %agent, skipped, "stderr lines not logged");
+        }
+        if log {
+            tracing::info!(target: "turnstile::agent_stderr", %agent, "{line}");
+        }
         let mut t = self.0.lock().expect("stderr tail lock");
         if t.len() == TAIL_LINES {
             t.pop_front();
@@ -286,6 +340,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_agent_logs_a_bounded_number_of_stderr_lines_per_window_and_counts_the_rest() {
+        let start = Instant::now();
+        let mut budget = LogBudget::new(start);
+        for _ in 0..LOG_LINES_PER_WINDOW {
+            assert_eq!(budget.admit(start), (true, 0));
+        }
+        for _ in 0..7 {
+            assert_eq!(budget.admit(start + Duration::from_secs(1)), (false, 0));
+        }
+        // The next window logs again and reports the seven once.
+        let next = start + LOG_WINDOW;
+        assert_eq!(budget.admit(next), (true, 7));
+        assert_eq!(budget.admit(next), (true, 0));
+    }
+
+    #[test]
     fn agents_never_inherit_server_secrets() {
         let server = |k: &str| match k {
             "DATABASE_URL" => Some("postgres://user:secret@db/x".to_string()),
@@ -307,7 +377,7 @@ mod tests {
     async fn the_stderr_tail_keeps_bounded_lines_even_without_a_newline() {
         let (mut writer, reader) = tokio::io::duplex(1024);
         let tail = StderrTail::default();
-        let kept = tokio::spawn(tail.clone().keep(reader));
+        let kept = tokio::spawn(tail.clone().keep(reader, "test".into()));
         use tokio::io::AsyncWriteExt;
         for i in 0..30 {
             writer

@@ -30,7 +30,7 @@ pub(super) fn spawn_process(spec: &LaunchSpec) -> Result<Started, AgentError> {
     let tail = child
         .stderr
         .take()
-        .map(StderrTail::capture)
+        .map(|e| StderrTail::capture(e, spec.session_id.clone()))
         .unwrap_or_default();
     let unread = relay::unread_in_pipe(std::os::fd::AsRawFd::as_raw_fd(&stdout));
     let (relay, incoming) = Relay::wrap(stdout, unread);

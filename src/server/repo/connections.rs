@@ -11,6 +11,7 @@
 //! drop, at once, in the order callers asked (a fair semaphore).
 
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -24,8 +25,9 @@ pub(super) enum Connections<DB: Database> {
     /// given at the start, like the one write connection), never pinged.
     Own(ConnectionSet<DB>),
     /// PostgreSQL (whose server can end a connection: the pool replaces it) and in-memory
-    /// SQLite (one connection for everything).
-    Pooled(Pool<DB>),
+    /// SQLite (one connection for everything), with the pool's usage (shared by the reads and
+    /// writes on one pool).
+    Pooled(Pool<DB>, Arc<Counters>),
 }
 
 pub(super) struct ConnectionSet<DB: Database> {
@@ -47,11 +49,51 @@ pub struct ConnectionUsage {
     pub held_micros: u64,
 }
 
+/// A sqlx pool's usage and its connections now (`GET /metrics`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolUsage {
+    pub usage: ConnectionUsage,
+    /// Connections open, idle or lent.
+    pub size: u32,
+    /// Connections open and idle.
+    pub idle: usize,
+}
+
 #[derive(Default)]
-struct Counters {
+pub(super) struct Counters {
     lent: AtomicU64,
     waited_micros: AtomicU64,
     held_micros: AtomicU64,
+}
+
+impl Counters {
+    fn lend(&self, asked: Instant) {
+        self.lent.fetch_add(1, Ordering::Relaxed);
+        self.waited_micros
+            .fetch_add(micros_since(asked), Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> ConnectionUsage {
+        ConnectionUsage {
+            lent: self.lent.load(Ordering::Relaxed),
+            waited_micros: self.waited_micros.load(Ordering::Relaxed),
+            held_micros: self.held_micros.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Counts the time a connection is out, from lending to drop.
+pub(super) struct Held<'a> {
+    counters: &'a Counters,
+    since: Instant,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.counters
+            .held_micros
+            .fetch_add(micros_since(self.since), Ordering::Relaxed);
+    }
 }
 
 fn micros_since(at: Instant) -> u64 {
@@ -74,19 +116,35 @@ impl<DB: Database> ConnectionSet<DB> {
     }
 
     pub(super) fn usage(&self) -> ConnectionUsage {
-        ConnectionUsage {
-            lent: self.usage.lent.load(Ordering::Relaxed),
-            waited_micros: self.usage.waited_micros.load(Ordering::Relaxed),
-            held_micros: self.usage.held_micros.load(Ordering::Relaxed),
-        }
+        self.usage.snapshot()
     }
 }
 
 impl<DB: Database> Connections<DB> {
+    /// The writes and the reads on one pool, counted together.
+    pub(super) fn one_pool(pool: Pool<DB>) -> (Self, Self) {
+        let usage = Arc::new(Counters::default());
+        (
+            Connections::Pooled(pool.clone(), usage.clone()),
+            Connections::Pooled(pool, usage),
+        )
+    }
+
     /// A connection for as long as the result lives: `.execute(&mut *conn)`.
     pub(super) async fn get(&self) -> Result<Conn<'_, DB>, sqlx::Error> {
         match self {
-            Connections::Pooled(pool) => Ok(Conn::Pooled(pool.acquire().await?)),
+            Connections::Pooled(pool, usage) => {
+                let asked = Instant::now();
+                let conn = pool.acquire().await?;
+                usage.lend(asked);
+                Ok(Conn::Pooled(
+                    conn,
+                    Held {
+                        counters: usage,
+                        since: Instant::now(),
+                    },
+                ))
+            }
             Connections::Own(set) => {
                 let asked = Instant::now();
                 let permit = set
@@ -99,14 +157,14 @@ impl<DB: Database> Connections<DB> {
                     Some(conn) => conn,
                     None => set.options.connect().await?,
                 };
-                set.usage.lent.fetch_add(1, Ordering::Relaxed);
-                set.usage
-                    .waited_micros
-                    .fetch_add(micros_since(asked), Ordering::Relaxed);
+                set.usage.lend(asked);
                 Ok(Conn::Lent(Lent {
                     conn: Some(conn),
                     set,
-                    since: Instant::now(),
+                    _held: Held {
+                        counters: &set.usage,
+                        since: Instant::now(),
+                    },
                     _permit: permit,
                 }))
             }
@@ -117,13 +175,26 @@ impl<DB: Database> Connections<DB> {
     pub(super) fn usage(&self) -> Option<ConnectionUsage> {
         match self {
             Connections::Own(set) => Some(set.usage()),
-            Connections::Pooled(_) => None,
+            Connections::Pooled(..) => None,
+        }
+    }
+
+    /// The usage of a sqlx pool, with its size and idle connections now (`None` for a set of
+    /// this process's own connections).
+    pub(super) fn pool_usage(&self) -> Option<PoolUsage> {
+        match self {
+            Connections::Pooled(pool, usage) => Some(PoolUsage {
+                usage: usage.snapshot(),
+                size: pool.size(),
+                idle: pool.num_idle(),
+            }),
+            Connections::Own(_) => None,
         }
     }
 
     pub(super) fn pool(&self) -> Option<&Pool<DB>> {
         match self {
-            Connections::Pooled(pool) => Some(pool),
+            Connections::Pooled(pool, _) => Some(pool),
             Connections::Own(_) => None,
         }
     }
@@ -134,16 +205,12 @@ impl<DB: Database> Connections<DB> {
 pub(super) struct Lent<'a, DB: Database> {
     conn: Option<DB::Connection>,
     set: &'a ConnectionSet<DB>,
-    since: Instant,
+    _held: Held<'a>,
     _permit: tokio::sync::SemaphorePermit<'a>,
 }
 
 impl<DB: Database> Drop for Lent<'_, DB> {
     fn drop(&mut self) {
-        self.set
-            .usage
-            .held_micros
-            .fetch_add(micros_since(self.since), Ordering::Relaxed);
         if let Some(conn) = self.conn.take() {
             self.set.idle.lock().expect("poisoned").push(conn);
         }
@@ -153,7 +220,8 @@ impl<DB: Database> Drop for Lent<'_, DB> {
 /// A connection while one caller has it.
 pub(super) enum Conn<'a, DB: Database> {
     Lent(Lent<'a, DB>),
-    Pooled(PoolConnection<DB>),
+    /// The guard counts the time held (its field is only read when it drops).
+    Pooled(PoolConnection<DB>, #[allow(dead_code)] Held<'a>),
 }
 
 impl<DB: Database> Deref for Conn<'_, DB> {
@@ -161,7 +229,7 @@ impl<DB: Database> Deref for Conn<'_, DB> {
     fn deref(&self) -> &DB::Connection {
         match self {
             Conn::Lent(l) => l.conn.as_ref().expect("lent until dropped"),
-            Conn::Pooled(c) => c,
+            Conn::Pooled(c, _) => c,
         }
     }
 }
@@ -170,7 +238,7 @@ impl<DB: Database> DerefMut for Conn<'_, DB> {
     fn deref_mut(&mut self) -> &mut DB::Connection {
         match self {
             Conn::Lent(l) => l.conn.as_mut().expect("lent until dropped"),
-            Conn::Pooled(c) => c,
+            Conn::Pooled(c, _) => c,
         }
     }
 }

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use authority_store::{AuthorityStore, TaskSession};
-pub use connections::ConnectionUsage;
+pub use connections::{ConnectionUsage, PoolUsage};
 pub use logins::LoginStore;
 pub use outbox::{HandoffAccepted, LiveDelivery, OutboxStore};
 pub use postgres::PostgresRepository;
@@ -383,4 +383,7 @@ pub trait Repository:
     /// SQLite (a database file): how the one write connection has been used — lent, waited
     /// for, held (`GET /metrics`). `None` on PostgreSQL and in-memory SQLite (pools).
     fn write_connection_usage(&self) -> Option<ConnectionUsage>;
+    /// PostgreSQL and in-memory SQLite: how the sqlx pool's connections have been used —
+    /// lent, waited for, held — and its size now (`GET /metrics`). `None` for a database file.
+    fn pool_usage(&self) -> Option<PoolUsage>;
 }

@@ -40,9 +40,10 @@ impl PostgresRepository {
             .connect_with(options)
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        let (writes, reads) = super::connections::Connections::one_pool(pool);
         Ok(Self {
-            writes: super::connections::Connections::Pooled(pool.clone()),
-            reads: super::connections::Connections::Pooled(pool),
+            writes,
+            reads,
             durability: None,
         })
     }

@@ -18,7 +18,7 @@
 
 use sqlx::{Database, IntoArguments, Pool};
 
-use super::connections::{Conn, ConnectionUsage, Connections, Tx};
+use super::connections::{Conn, ConnectionUsage, Connections, PoolUsage, Tx};
 
 use super::{
     AuthorityStore, Backend, LoginStore, OutboxStore, ProfileStore, QuestionRow, QuestionStore,
@@ -399,6 +399,10 @@ where
 
     fn write_connection_usage(&self) -> Option<ConnectionUsage> {
         self.writes.usage()
+    }
+
+    fn pool_usage(&self) -> Option<PoolUsage> {
+        self.reads.pool_usage()
     }
 }
 

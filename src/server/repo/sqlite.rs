@@ -69,9 +69,10 @@ impl SqliteRepository {
                 .connect_with(options)
                 .await?;
             sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+            let (writes, reads) = Connections::one_pool(pool);
             return Ok(Self {
-                writes: Connections::Pooled(pool.clone()),
-                reads: Connections::Pooled(pool),
+                writes,
+                reads,
                 durability,
             });
         }
