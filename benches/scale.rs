@@ -54,6 +54,8 @@ fn runtime_config(addr: std::net::SocketAddr) -> RuntimeConfig {
         server_exe: env!("CARGO_BIN_EXE_turnstile").into(),
         default_agent: "mock".into(),
         workdir: std::env::temp_dir(),
+        worktrees: std::env::temp_dir(),
+        workspace_roots: vec![],
         ask_keepalive: Duration::from_secs(20),
         ask_timeout: Duration::from_secs(7200),
         agent_start_timeout: Duration::from_secs(30),

@@ -16,6 +16,8 @@ mod login;
 #[cfg(feature = "ssr")]
 mod mcp;
 #[cfg(feature = "ssr")]
+mod repositories;
+#[cfg(feature = "ssr")]
 mod rest;
 #[cfg(feature = "ssr")]
 mod router;
@@ -113,6 +115,16 @@ pub fn rest_routes(
             axum::routing::patch(workflows::update_agent_profile),
         )
         .route("/agent-presets", get(workflows::list_agent_presets))
+        .route(
+            "/repositories",
+            get(repositories::list).post(repositories::create),
+        )
+        .route(
+            "/repositories/{id}",
+            get(repositories::get)
+                .patch(repositories::patch)
+                .delete(repositories::delete),
+        )
         .route(
             "/agent-profiles/{id}/check",
             post(workflows::check_agent_profile),

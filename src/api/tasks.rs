@@ -67,6 +67,8 @@ pub async fn create_task(
         step_id: None,
         prompt: (!prompt.is_empty()).then_some(prompt),
         agent_profile_id: agent_profile_id.filter(|id| !id.is_empty()),
+        repository_id: None,
+        base_branch: None,
     };
     tasks::create_task(&state, input).await
 }
@@ -96,6 +98,10 @@ pub mod rest {
         agent_profile_id: Option<String>,
         #[serde(default)]
         prompt: Option<String>,
+        #[serde(default)]
+        repository_id: Option<String>,
+        #[serde(default)]
+        base_branch: Option<String>,
     }
 
     pub async fn list(
@@ -135,11 +141,18 @@ pub mod rest {
         Ok(Json(tasks::update_task(&state, &id, input).await?))
     }
 
+    #[derive(Deserialize)]
+    pub struct DeleteTaskQuery {
+        #[serde(default)]
+        delete_branch: bool,
+    }
+
     pub async fn delete(
         State(state): State<AppState>,
         Path(id): Path<String>,
+        Query(query): Query<DeleteTaskQuery>,
     ) -> Result<axum::http::StatusCode, ApiError> {
-        tasks::delete_task(&state, &id).await?;
+        tasks::delete_task(&state, &id, query.delete_branch).await?;
         Ok(axum::http::StatusCode::NO_CONTENT)
     }
 
@@ -154,6 +167,8 @@ pub mod rest {
             step_id: body.step_id,
             prompt: body.prompt,
             agent_profile_id: body.agent_profile_id,
+            repository_id: body.repository_id,
+            base_branch: body.base_branch,
         };
         Ok(Json(tasks::create_task(&state, input).await?))
     }

@@ -101,6 +101,9 @@ struct MockState {
     written: Arc<written::Written>,
     /// A4: `authenticate` succeeded with the mock's method.
     logged_in: std::sync::atomic::AtomicBool,
+    /// Each session's working directory (`session/new`, `session/load`): `e2e:write` and
+    /// `e2e:read` work there.
+    cwds: Mutex<HashMap<String, std::path::PathBuf>>,
 }
 
 impl MockState {
@@ -112,6 +115,23 @@ impl MockState {
         {
             self.written.sent();
         }
+    }
+
+    /// `path` inside the session's working directory: relative, without `..` (the mock never
+    /// writes outside it).
+    fn file_in(&self, session: &str, path: &str) -> Result<std::path::PathBuf, String> {
+        let relative = std::path::Path::new(path);
+        let plain = relative
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if path.is_empty() || path.contains('\0') || !plain {
+            return Err(format!("{path:?} is not a plain relative path"));
+        }
+        let cwds = self.cwds.lock().unwrap();
+        let cwd = cwds
+            .get(session)
+            .ok_or("the session has no working directory")?;
+        Ok(cwd.join(relative))
     }
 
     /// A crash: the process exits with `code`; in process, the connection ends.
@@ -297,6 +317,11 @@ where
                     format!("mock-{}-{}", uuid::Uuid::new_v4().simple(), *n)
                 };
                 on_new.remember(&id, &req.mcp_servers);
+                on_new
+                    .cwds
+                    .lock()
+                    .unwrap()
+                    .insert(id.clone(), req.cwd.clone());
                 responder.respond(NewSessionResponse::new(SessionId::new(id)))
             },
             agent_client_protocol::on_receive_request!(),
@@ -306,6 +331,11 @@ where
                         responder: v1::Responder<LoadSessionResponse>,
                         _cx: v1::ConnectionTo<Client>| {
                 on_load.remember(&req.session_id.0, &req.mcp_servers);
+                on_load
+                    .cwds
+                    .lock()
+                    .unwrap()
+                    .insert(req.session_id.0.to_string(), req.cwd.clone());
                 responder.respond(LoadSessionResponse::new())
             },
             agent_client_protocol::on_receive_request!(),

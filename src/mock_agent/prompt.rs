@@ -151,6 +151,20 @@ pub(super) async fn run_prompt(
                 let caps = st.client_capabilities.lock().unwrap().clone();
                 say(format!("Client capabilities: {caps}"));
             }
+            Step::Write { path, content } => say(match st.file_in(&key, &path) {
+                Ok(file) => match write_file(&file, &content) {
+                    Ok(()) => format!("Wrote {path}"),
+                    Err(e) => format!("Write failed: {e}"),
+                },
+                Err(e) => format!("Write failed: {e}"),
+            }),
+            Step::Read(path) => say(match st.file_in(&key, &path) {
+                Ok(file) => match std::fs::read_to_string(&file) {
+                    Ok(text) => format!("Read {path}: {text}"),
+                    Err(_) => format!("Read {path}: missing"),
+                },
+                Err(e) => format!("Read failed: {e}"),
+            }),
             Step::Permission => {
                 st.update(
                     &conn,
@@ -250,4 +264,11 @@ pub(super) async fn run_prompt(
         }
     }
     StopReason::EndTurn
+}
+
+fn write_file(file: &std::path::Path, content: &str) -> std::io::Result<()> {
+    if let Some(parent) = file.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(file, content)
 }

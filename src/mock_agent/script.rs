@@ -21,6 +21,15 @@ pub enum Step {
     Permission,
     /// Exit the process with this code (a crashing agent, for tests).
     Exit(i32),
+    /// Write `content` to `path` (relative, inside the session's working directory) and say
+    /// "Wrote <path>" (W10).
+    Write {
+        path: String,
+        content: String,
+    },
+    /// Say "Read <path>: <content>" of a file in the session's working directory, or
+    /// "Read <path>: missing".
+    Read(String),
     /// Say the client capabilities `initialize` carried: "Client capabilities: <JSON>" (E1).
     ClientCapabilities,
     /// One reply streamed as `count` chunks of `text` (a long, chatty reply).
@@ -154,6 +163,16 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
                     .map_err(|e| format!("line {n}: delay needs milliseconds: {e}"))?,
             ),
             "e2e:permission" => Step::Permission,
+            "e2e:write" => {
+                let (path, content) =
+                    serde_json::from_str::<(String, String)>(&format!("[{args}]"))
+                        .map_err(|e| format!("line {n}: write(\"path\", \"content\"): {e}"))?;
+                Step::Write { path, content }
+            }
+            "e2e:read" => Step::Read(
+                serde_json::from_str::<String>(args.trim())
+                    .map_err(|e| format!("line {n}: read needs a JSON string: {e}"))?,
+            ),
             "e2e:client-capabilities" => Step::ClientCapabilities,
             "e2e:exit" => Step::Exit(
                 args.trim()
@@ -233,6 +252,28 @@ fn parse_script(prompt: &str) -> Result<Vec<Step>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_and_read_take_json_strings() {
+        assert_eq!(
+            parse("e2e:write(\"a/b.txt\", \"two\\nlines\")").unwrap(),
+            vec![Step::Write {
+                path: "a/b.txt".into(),
+                content: "two\nlines".into()
+            }]
+        );
+        assert_eq!(
+            parse("e2e:read(\"a.txt\")").unwrap(),
+            vec![Step::Read("a.txt".into())]
+        );
+        for bad in [
+            "e2e:write(\"a.txt\")",
+            "e2e:write(a.txt, x)",
+            "e2e:read(a.txt)",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn scenarios_are_recognised_by_their_first_line() {

@@ -109,6 +109,16 @@ pub struct Config {
         help_heading = "Agents"
     )]
     pub max_agents: usize,
+    /// W1: a directory repositories may be registered from (repeatable; in the variable,
+    /// several joined with `:`). Default: the home directory.
+    #[arg(
+        long = "workspace-root",
+        value_name = "DIR",
+        env = "TURNSTILE_WORKSPACE_ROOT",
+        value_delimiter = ':',
+        help_heading = "Agents"
+    )]
+    pub workspace_roots: Vec<PathBuf>,
     /// Seconds a shutdown waits for open requests (MCP streams, sockets) before it exits.
     #[arg(
         long,
@@ -198,6 +208,18 @@ impl Config {
             mock_agent,
             server_exe: std::env::current_exe()?,
             workdir: std::path::absolute(self.data_dir.join("workspace"))?,
+            worktrees: std::path::absolute(self.data_dir.join("worktrees"))?,
+            workspace_roots: if self.workspace_roots.is_empty() {
+                std::env::var_os("HOME")
+                    .map(PathBuf::from)
+                    .into_iter()
+                    .collect()
+            } else {
+                self.workspace_roots
+                    .iter()
+                    .map(std::path::absolute)
+                    .collect::<std::io::Result<_>>()?
+            },
             ask_keepalive: std::time::Duration::from_secs(self.ask_keepalive.max(1)),
             ask_timeout: std::time::Duration::from_secs(self.ask_timeout.max(1)),
             agent_start_timeout: std::time::Duration::from_secs(self.agent_start_timeout.max(1)),

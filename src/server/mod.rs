@@ -19,3 +19,4 @@ pub mod state;
 pub mod summary;
 pub mod telemetry;
 pub mod time;
+pub mod workspace;

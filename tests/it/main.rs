@@ -34,3 +34,4 @@ mod several_servers;
 mod slow_clients;
 mod task_list;
 mod websocket;
+mod workspaces;

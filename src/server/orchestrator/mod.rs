@@ -6,6 +6,7 @@ pub mod lease;
 pub mod permissions;
 pub mod profiles;
 pub mod publish;
+pub mod repositories;
 pub mod sessions;
 pub mod stream;
 pub mod superseded;

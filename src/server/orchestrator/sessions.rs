@@ -83,13 +83,19 @@ pub async fn launch_spec(
     };
     let token = new_token();
     let hash = hash_token(&token);
-    std::fs::create_dir_all(&state.runtime.config.workdir)
-        .map_err(|e| AgentError::from(format!("cannot create the agent workdir: {e}")))?;
+    // W2/W3: the task's own directory, its plain repository, or its worktree.
+    let workspace = state.repo.task_workspace(&session.task_id).await?;
+    let cwd = state
+        .runtime
+        .workspaces
+        .working_directory(&session.task_id, workspace)
+        .await
+        .map_err(AgentError::from)?;
     let spec = LaunchSpec {
         command,
         args: profile.args_list(),
         env: profile.env_values(),
-        cwd: state.runtime.config.workdir.clone(),
+        cwd,
         mcp_url: format!("{}/mcp", state.runtime.config.self_url),
         server_exe: state.runtime.config.server_exe.clone(),
         mcp_token: token,

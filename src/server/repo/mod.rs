@@ -11,6 +11,7 @@ mod postgres;
 mod profiles;
 mod questions;
 mod records;
+mod repositories;
 mod sessions;
 mod sql;
 mod sqlite;
@@ -31,6 +32,7 @@ pub use postgres::PostgresRepository;
 pub use profiles::ProfileStore;
 pub use questions::QuestionStore;
 pub use records::*;
+pub use repositories::{Deleted, NewRepository, RepositoryStore};
 pub use sessions::SessionStore;
 pub use sql::{SqlBackend, SqlRepository};
 pub use sqlite::SqliteRepository;
@@ -366,6 +368,7 @@ pub trait Repository:
     + AuthorityStore
     + OutboxStore
     + LoginStore
+    + RepositoryStore
     + Send
     + Sync
     + 'static

@@ -22,7 +22,8 @@ use super::connections::{Conn, ConnectionUsage, Connections, PoolUsage, Tx};
 
 use super::{
     AuthorityStore, Backend, LoginStore, OutboxStore, ProfileStore, QuestionRow, QuestionStore,
-    RepoError, Repository, SessionStore, SummaryStore, TaskStore, TranscriptStore, WorkflowStore,
+    RepoError, Repository, RepositoryStore, SessionStore, SummaryStore, TaskStore, TranscriptStore,
+    WorkflowStore,
 };
 use crate::model::Question;
 
@@ -376,7 +377,8 @@ where
         + SummaryStore
         + AuthorityStore
         + OutboxStore
-        + LoginStore,
+        + LoginStore
+        + RepositoryStore,
 {
     fn backend(&self) -> Backend {
         DB::KIND

@@ -8,8 +8,8 @@ use super::sql::{
     rows_from_json, stmt,
 };
 use super::{
-    Backend, NewTask, RepoError, RepoResult, SummaryRecord, SummaryRow, TaskFilter, TaskPatch,
-    TaskRecord, new_id,
+    Backend, NewTask, NewTaskWorkspace, RepoError, RepoResult, SummaryRecord, SummaryRow,
+    TaskFilter, TaskPatch, TaskRecord, new_id,
 };
 use crate::server::time::Micros;
 
@@ -66,9 +66,44 @@ pub fn page_statement(backend: Backend, archived: bool) -> &'static str {
     S[backend + usize::from(archived)].as_str()
 }
 
+/// The new task's row (`create_task`, `create_task_in`).
+fn insert_task<DB>(
+    id: &str,
+    new: &NewTask,
+    at: Micros,
+) -> sqlx::query::Query<'static, DB, <DB as sqlx::Database>::Arguments>
+where
+    DB: SqlBackend,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::query::<DB>(
+        "INSERT INTO tasks (id, title, description, state, workflow_id, step_id, \
+         archived_at, created_at, updated_at) VALUES ($1, $2, $3, 'open', $4, $5, NULL, $6, $6)",
+    )
+    .bind(id)
+    .bind(&new.title)
+    .bind(&new.description)
+    .bind(&new.workflow_id)
+    .bind(&new.step_id)
+    .bind(at)
+}
+
 #[async_trait]
 pub trait TaskStore: Send + Sync {
     async fn create_task(&self, new: &NewTask, at: Micros) -> RepoResult<TaskRecord>;
+
+    /// W2: a task with the id `id` working in a repository, written with its workspace row in
+    /// one transaction; `None` (nothing written) when the repository is gone.
+    async fn create_task_in(
+        &self,
+        id: &str,
+        new: &NewTask,
+        workspace: &NewTaskWorkspace,
+        at: Micros,
+    ) -> RepoResult<Option<TaskRecord>>;
 
     async fn get_task(&self, id: &str) -> RepoResult<Option<TaskRecord>>;
 
@@ -113,21 +148,41 @@ where
             return Err(RepoError::Invalid("a task needs a non-empty title".into()));
         }
         let id = new_id();
-        sqlx::query::<DB>(
-            "INSERT INTO tasks (id, title, description, state, workflow_id, step_id, \
-             archived_at, created_at, updated_at) VALUES ($1, $2, $3, 'open', $4, $5, NULL, $6, $6)",
-        )
-        .bind(&id)
-        .bind(&new.title)
-        .bind(&new.description)
-        .bind(&new.workflow_id)
-        .bind(&new.step_id)
-        .bind(at)
-        .execute(&mut *self.writer().await?)
-        .await?;
+        insert_task::<DB>(&id, new, at)
+            .execute(&mut *self.writer().await?)
+            .await?;
         self.get_task(&id)
             .await?
             .ok_or_else(|| RepoError::NotFound(format!("task {id}")))
+    }
+
+    async fn create_task_in(
+        &self,
+        id: &str,
+        new: &NewTask,
+        workspace: &NewTaskWorkspace,
+        at: Micros,
+    ) -> RepoResult<Option<TaskRecord>> {
+        if new.title.trim().is_empty() {
+            return Err(RepoError::Invalid("a task needs a non-empty title".into()));
+        }
+        let mut tx = self.write_tx().await?;
+        insert_task::<DB>(id, new, at).execute(&mut *tx).await?;
+        let linked = sqlx::query::<DB>(
+            "INSERT INTO task_workspaces (task_id, repository_id, base_branch, branch) \
+             SELECT $1, id, $3, $4 FROM repositories WHERE id = $2",
+        )
+        .bind(id)
+        .bind(&workspace.repository_id)
+        .bind(&workspace.base_branch)
+        .bind(&workspace.branch)
+        .execute(&mut *tx)
+        .await?;
+        if linked.rows_affected() == 0 {
+            return Ok(None);
+        }
+        tx.commit().await?;
+        self.get_task(id).await
     }
 
     async fn get_task(&self, id: &str) -> RepoResult<Option<TaskRecord>> {

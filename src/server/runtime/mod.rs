@@ -24,8 +24,12 @@ pub struct RuntimeConfig {
     pub server_exe: PathBuf,
     /// A5: the profile (by name) of a session created without one.
     pub default_agent: String,
-    /// Working directory for agent processes.
+    /// W2: `<data-dir>/workspace`, holding a directory per task without a repository.
     pub workdir: PathBuf,
+    /// W3: `<data-dir>/worktrees`, holding the worktree of each task on a git repository.
+    pub worktrees: PathBuf,
+    /// W1: repositories lie under one of these (`--workspace-root`).
+    pub workspace_roots: Vec<PathBuf>,
     /// L7: progress notifications while a question waits.
     pub ask_keepalive: Duration,
     /// How long an `ask_user_question` call waits before it detaches (L9).
@@ -69,6 +73,8 @@ pub use slots::{AgentSlots, SessionCounters, Slots, WaiterMsg};
 
 pub struct Runtime {
     pub config: RuntimeConfig,
+    /// Where tasks' agents work, and the git locks (W1–W3, W7).
+    pub workspaces: crate::server::workspace::Workspaces,
     /// `pending_id` → the blocked MCP tool call waiting for its answer.
     pub waiters: Slots<oneshot::Sender<WaiterMsg>>,
     /// permission request id → the agent's pending `session/request_permission`.
@@ -120,6 +126,11 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Self {
         let (elicitations, elicitations_rx) = mpsc::channel(ELICITATION_QUEUE);
         Runtime {
+            workspaces: crate::server::workspace::Workspaces::new(
+                config.workdir.clone(),
+                config.worktrees.clone(),
+                &config.workspace_roots,
+            ),
             elicitations,
             elicitations_rx: Mutex::new(Some(elicitations_rx)),
             lease_rounds: tokio::sync::watch::Sender::new(0),

@@ -123,6 +123,8 @@ impl TestServer {
             server_exe: env!("CARGO_BIN_EXE_turnstile").into(),
             default_agent: "mock".into(),
             workdir: temp_dir("workspace"),
+            worktrees: temp_dir("worktrees"),
+            workspace_roots: vec![std::env::temp_dir()],
             ask_keepalive: std::time::Duration::from_secs(20),
             ask_timeout: std::time::Duration::from_secs(7200),
             agent_start_timeout: std::time::Duration::from_secs(30),
