@@ -5,7 +5,7 @@ import * as path from "node:path";
 // scripts/test.sh picks a free port and a fresh data directory; the fallbacks serve a manual
 // `npx playwright test` after scripts/build.sh.
 const port = Number(process.env.E2E_PORT ?? 3107);
-const dataDir = process.env.E2E_DATA_DIR ?? path.join(os.tmpdir(), `turnstile-e2e-${port}`);
+export const dataDir = process.env.E2E_DATA_DIR ?? path.join(os.tmpdir(), `turnstile-e2e-${port}`);
 export const baseURL = `http://127.0.0.1:${port}`;
 // Every server needs its access token, on loopback too. The servers of the suite share this
 // one, so one login (the `setup` project) opens them all: the cookie is derived from it.
@@ -68,7 +68,8 @@ export default defineConfig({
     {
       command: `../target/debug/turnstile --addr 127.0.0.1:${port} --data-dir ${dataDir}`,
       url: `${baseURL}/healthz`,
-      env: { LEPTOS_SITE_ROOT: "../target/site", RUST_LOG: "warn", ACCESS_TOKEN: token },
+      // W1: the tests' repositories are made in the temporary directory.
+      env: { LEPTOS_SITE_ROOT: "../target/site", RUST_LOG: "warn", ACCESS_TOKEN: token, TURNSTILE_WORKSPACE_ROOT: os.tmpdir() },
       reuseExistingServer: false,
       timeout: 60_000,
       stdout: "ignore",

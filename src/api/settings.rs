@@ -1,11 +1,12 @@
-//! Server functions behind the settings page: agent profiles (env values are write-only).
+//! Server functions behind the settings page: agent profiles (env values are write-only) and
+//! repositories (W1).
 
 use std::collections::BTreeMap;
 
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 
-use crate::model::{AgentPreset, AgentProfile, AppError, CheckReport};
+use crate::model::{AgentPreset, AgentProfile, AppError, CheckReport, Repository};
 
 #[server(prefix = "/api/fn", endpoint = "list_agent_profiles")]
 pub async fn list_agent_profiles() -> Result<Vec<AgentProfile>, AppError> {
@@ -65,4 +66,25 @@ pub async fn list_agent_presets() -> Result<Vec<AgentPreset>, AppError> {
 #[server(prefix = "/api/fn", endpoint = "check_agent_profile")]
 pub async fn check_agent_profile(id: String) -> Result<CheckReport, AppError> {
     crate::server::orchestrator::profiles::check(&super::state()?, &id).await
+}
+
+/// W1: the registered repositories (the settings page and the new-task forms).
+#[server(prefix = "/api/fn", endpoint = "list_repositories")]
+pub async fn list_repositories() -> Result<Vec<Repository>, AppError> {
+    crate::server::orchestrator::repositories::list(&super::state()?).await
+}
+
+/// W1: registers a directory, checked as `POST /api/v1/repositories` checks it.
+#[server(prefix = "/api/fn", endpoint = "add_repository")]
+pub async fn add_repository(
+    path: String,
+    #[server(default)] name: Option<String>,
+) -> Result<Repository, AppError> {
+    use crate::server::orchestrator::repositories::{self, RegisterRepository};
+    let input = RegisterRepository {
+        path,
+        name,
+        base_branch: None,
+    };
+    repositories::register(&super::state()?, input).await
 }

@@ -57,6 +57,9 @@ pub async fn create_task(
     /// A5: the agent profile; absent or empty is the bundled mock.
     #[server(default)]
     agent_profile_id: Option<String>,
+    /// W2: the repository the task works in; absent or empty: a directory of its own.
+    #[server(default)]
+    repository_id: Option<String>,
 ) -> Result<Task, AppError> {
     use crate::server::orchestrator::tasks;
     let state = super::state()?;
@@ -67,7 +70,7 @@ pub async fn create_task(
         step_id: None,
         prompt: (!prompt.is_empty()).then_some(prompt),
         agent_profile_id: agent_profile_id.filter(|id| !id.is_empty()),
-        repository_id: None,
+        repository_id: repository_id.filter(|id| !id.is_empty()),
         base_branch: None,
     };
     tasks::create_task(&state, input).await

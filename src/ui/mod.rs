@@ -14,6 +14,7 @@ pub mod load;
 pub mod nav;
 pub mod pages;
 pub mod permission;
+pub mod repositories;
 pub mod settings;
 pub mod sidebar;
 pub mod storage;

@@ -1,4 +1,5 @@
-//! Settings: agent profiles — list, add (blank or from a preset, A1), edit, check (A2).
+//! Settings: agent profiles — list, add (blank or from a preset, A1), edit, check (A2) — and
+//! repositories (W1, `ui::repositories`).
 //! Environment values are write-only: the page shows variable names; a value left empty keeps
 //! what is stored, "remove" deletes it.
 
@@ -96,6 +97,7 @@ pub fn Settings() -> impl IntoView {
             {move || editing.get().map(|editing_now| view! {
                 <ProfileForm editing=editing_now on_saved=move || { editing.set(None); version.update(|v| *v += 1); } />
             })}
+            <crate::ui::repositories::RepositorySettings />
             <h2>"This browser"</h2>
             <p class="muted">"Logged in with this server's access token. Logging out ends this browser's login on every server of this database."</p>
             // A plain form: works before (and without) the wasm.

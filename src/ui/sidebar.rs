@@ -6,14 +6,15 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_navigate;
 
-use crate::api::settings::list_agent_profiles;
+use crate::api::settings::{list_agent_profiles, list_repositories};
 use crate::api::tasks::{CreateTask, archive_task, list_tasks};
-use crate::model::{AgentProfile, AppError, PendingAction, Task, TaskQuery};
+use crate::model::{AgentProfile, AppError, PendingAction, Repository, Task, TaskQuery};
 use crate::ui::agent_options::AgentOptions;
 use crate::ui::drawer::Drawer;
 use crate::ui::live::Live;
 use crate::ui::nav::Navigator;
 use crate::ui::pages::{LoadMore, TaskPages};
+use crate::ui::repositories::RepositoryOptions;
 
 /// Where the browser keeps the agent last chosen for a new task (A5).
 const LAST_AGENT: &str = "turnstile.new-task.agent";
@@ -27,6 +28,8 @@ pub fn Sidebar() -> impl IntoView {
     // browser: before hydration the form posts without it (the bundled mock).
     let profiles = RwSignal::new(Vec::<AgentProfile>::new());
     let chosen = RwSignal::new(String::new());
+    // W2: the repository a new task works in (none: a directory of its own).
+    let repositories = RwSignal::new(Vec::<Repository>::new());
     Effect::new(move |_| {
         leptos::task::spawn_local(async move {
             if let Ok(list) = list_agent_profiles().await {
@@ -34,6 +37,9 @@ pub fn Sidebar() -> impl IntoView {
                     .filter(|id| list.iter().any(|p| &p.id == id));
                 profiles.try_set(list);
                 chosen.try_set(last.unwrap_or_default());
+            }
+            if let Ok(list) = list_repositories().await {
+                repositories.try_set(list);
             }
         });
     });
@@ -66,10 +72,12 @@ pub fn Sidebar() -> impl IntoView {
                     let field = crate::ui::form::take_submission(&e);
                     let agent = field("agent_profile_id");
                     crate::ui::storage::set(LAST_AGENT, &agent);
+                    let repository = field("repository_id");
                     create.dispatch(CreateTask {
                         title: field("title"),
                         prompt: field("prompt"),
                         agent_profile_id: Some(agent),
+                        repository_id: (!repository.is_empty()).then_some(repository),
                     });
                 }
             >
@@ -77,6 +85,9 @@ pub fn Sidebar() -> impl IntoView {
                 <input name="prompt" placeholder="First prompt for the agent (optional)" aria-label="First prompt" />
                 <select name="agent_profile_id" aria-label="Agent" data-testid="new-task-agent" on:change=move |e| chosen.set(event_target_value(&e))>
                     <AgentOptions profiles=profiles.into() chosen=chosen.into() />
+                </select>
+                <select name="repository_id" aria-label="Repository" data-testid="new-task-repository">
+                    <RepositoryOptions repositories=repositories.into() />
                 </select>
                 <button type="submit" data-testid="new-task-submit">"Create task"</button>
             </form>
