@@ -6,6 +6,8 @@ pub mod tasks;
 pub mod transcript;
 
 #[cfg(feature = "ssr")]
+mod changes;
+#[cfg(feature = "ssr")]
 mod clarifications;
 #[cfg(feature = "ssr")]
 pub mod front_door;
@@ -88,6 +90,8 @@ pub fn rest_routes(
             "/tasks/{id}/sessions",
             get(sessions::list_for_task).post(sessions::create),
         )
+        .route("/tasks/{id}/changes", get(changes::list))
+        .route("/tasks/{id}/diff", get(changes::diff))
         .route("/sessions/{id}/primary", post(sessions::make_primary))
         .route("/sessions/{id}/prompt", post(sessions::prompt))
         .route("/sessions/{id}/cancel", post(sessions::cancel))

@@ -3,7 +3,7 @@
 use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 
-use crate::model::{AppError, Task, TaskPage, TaskQuery, Workflow};
+use crate::model::{AppError, Changes, FileDiff, Task, TaskPage, TaskQuery, Workflow};
 
 /// One page of the task list (the sidebar, the board): `GET /api/v1/tasks` for the UI.
 #[server(prefix = "/api/fn", endpoint = "list_tasks", input = Json)]
@@ -21,6 +21,18 @@ pub async fn get_task(task_id: String) -> Result<Task, AppError> {
 #[server(prefix = "/api/fn", endpoint = "list_workflows")]
 pub async fn list_workflows() -> Result<Vec<Workflow>, AppError> {
     crate::server::orchestrator::workflow::list_workflows(&super::state()?).await
+}
+
+/// W4: what the task's agents changed (`GET /api/v1/tasks/{id}/changes`).
+#[server(prefix = "/api/fn", endpoint = "task_changes")]
+pub async fn task_changes(task_id: String) -> Result<Changes, AppError> {
+    crate::server::orchestrator::changes::list(&super::state()?, &task_id).await
+}
+
+/// W4: one changed file's diff (`GET /api/v1/tasks/{id}/diff?path=`).
+#[server(prefix = "/api/fn", endpoint = "task_file_diff")]
+pub async fn task_file_diff(task_id: String, path: String) -> Result<FileDiff, AppError> {
+    crate::server::orchestrator::changes::file(&super::state()?, &task_id, &path).await
 }
 
 /// Moves a card on the board (`PATCH /tasks/{id}` with `step_id`).

@@ -2,6 +2,7 @@
 //! browser and API clients. Shapes follow `shared/spec/api.md`; nothing here touches a database.
 
 mod agent;
+mod changes;
 mod envelope_parse;
 mod error;
 pub mod form;
@@ -18,6 +19,7 @@ mod workflow;
 pub use agent::{
     AgentInfo, AgentPreset, AuthMethod, Capabilities, CheckReport, McpTransports, PromptContent,
 };
+pub use changes::{ChangedFile, Changes, DiffLine, FileDiff, Hunk};
 pub use envelope_parse::{Push, session_request};
 pub use error::AppError;
 pub use notification::{Envelope, EnvelopeBody, MessageChange, Notification, PendingSnapshot};

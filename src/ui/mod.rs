@@ -4,6 +4,7 @@
 pub mod agent_options;
 pub mod alerts;
 pub mod board;
+pub mod changes;
 pub mod chat;
 pub mod clarification;
 pub mod client_only;

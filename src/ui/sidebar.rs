@@ -45,6 +45,11 @@ pub fn Sidebar() -> impl IntoView {
     });
     Effect::new(move |_| {
         if let Some(Ok(task)) = create.value().get() {
+            // On a phone the drawer closes on the new task once its session is settled, as
+            // on a task picked in it (N2).
+            if drawer.open.get_untracked() {
+                drawer.picked.set(Some(task.id.clone()));
+            }
             navigate(&format!("/t/{}", task.id), Default::default());
         }
     });

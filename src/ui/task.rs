@@ -136,6 +136,7 @@ pub fn TaskPage() -> impl IntoView {
             </Suspense>
             {move || sessions.get().and_then(Result::err).map(|e| view! { <p class="error" role="alert">{e.to_string()}</p> })}
             <SessionTabs list=tabs task_id selected />
+            <crate::ui::changes::Changes task_id sessions=tabs />
             <ChatPanel session=selected />
         </section>
     }

@@ -1,5 +1,6 @@
-//! Workspaces (spec/workspace.md W1–W3): repositories registered from the workspace roots, a
-//! directory of its own for a task without one, a git worktree per task on a git repository.
+//! Workspaces (spec/workspace.md W1–W4, W6, W9): repositories registered from the workspace
+//! roots, a directory of its own for a task without one, a git worktree per task on a git
+//! repository, what its agents changed, and its removal with the task.
 //! Every repository here is a temporary one the test makes, never the project's checkout.
 
 use std::path::{Path, PathBuf};
@@ -521,4 +522,191 @@ fn w3_making_a_worktree_again_after_a_crash_at_any_step_repairs_or_reuses_what_i
         std::fs::read_to_string(repo.join("README.md")).unwrap(),
         "hello\n"
     );
+}
+
+/// Commits everything in the worktree at `dir` (as an agent asked to commit would).
+fn commit_all(dir: &Path, message: &str) {
+    let repo = git2::Repository::open(dir).unwrap();
+    let mut index = repo.index().unwrap();
+    index
+        .add_all(["*"].iter(), git2::IndexAddOption::DEFAULT, None)
+        .unwrap();
+    index.update_all(["*"].iter(), None).unwrap();
+    index.write().unwrap();
+    let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+    let parent = repo.head().unwrap().peel_to_commit().unwrap();
+    let me = git2::Signature::now("Test", "test@example.com").unwrap();
+    repo.commit(Some("HEAD"), &me, &me, message, &tree, &[&parent])
+        .unwrap();
+}
+
+/// A task on a fresh repository whose agent wrote README.md; its id and worktree.
+async fn task_with_changes(api: &Api, server: &TestServer, prefix: &str) -> (String, PathBuf) {
+    let repo = git_repo(prefix);
+    std::fs::write(repo.join(".gitignore"), "*.log\n").unwrap();
+    commit_all(&repo, "ignore logs");
+    let (_, r) = register(api, json!({ "path": repo })).await;
+    let prompt = "e2e:write(\"README.md\", \"from the agent\\n\")";
+    let (id, session) = task(api, json!({ "prompt": prompt, "repository_id": r["id"] })).await;
+    reply(api, &session.unwrap()).await;
+    let tree = server.state.runtime.config.worktrees.join(&id);
+    (id, tree)
+}
+
+both_http!(
+    w4_changes_list_committed_uncommitted_and_untracked_work_against_the_merge_base,
+    w4_w9_a_files_diff_is_its_hunks_and_hostile_paths_get_400,
+);
+
+async fn w4_changes_list_committed_uncommitted_and_untracked_work_against_the_merge_base(
+    url: String,
+) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (id, tree) = task_with_changes(&api, &server, "w4-list").await;
+    // Committed on the task branch, uncommitted, untracked, deleted, ignored.
+    std::fs::write(tree.join("committed.txt"), "one\ntwo\n").unwrap();
+    commit_all(&tree, "agent work");
+    std::fs::create_dir_all(tree.join("src")).unwrap();
+    std::fs::write(tree.join("src/new.rs"), "fn main() {}\n").unwrap();
+    std::fs::remove_file(tree.join(".gitignore")).unwrap();
+    std::fs::write(tree.join(".gitignore"), "*.log\n").unwrap();
+    std::fs::write(tree.join("debug.log"), "noise\n").unwrap();
+    std::fs::write(tree.join("image.bin"), [0u8, 159, 146, 150, 0, 1, 2]).unwrap();
+    let (status, changes) = api.get(&format!("/api/v1/tasks/{id}/changes")).await;
+    assert_eq!(status, 200, "{changes}");
+    let files: Vec<(String, String, u64, u64, bool)> = changes["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["status"].as_str().unwrap().to_string(),
+                f["additions"].as_u64().unwrap(),
+                f["deletions"].as_u64().unwrap(),
+                f["binary"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    let s = |p: &str, st: &str, a, d, b| (p.to_string(), st.to_string(), a, d, b);
+    assert_eq!(
+        files,
+        vec![
+            s("README.md", "modified", 1, 1, false),
+            s("committed.txt", "added", 2, 0, false),
+            s("image.bin", "added", 0, 0, true),
+            s("src/new.rs", "added", 1, 0, false),
+        ],
+        "{changes}"
+    );
+    let git = git2::Repository::open(&tree).unwrap();
+    assert_eq!(
+        changes["head"],
+        git.head()
+            .unwrap()
+            .peel_to_commit()
+            .unwrap()
+            .id()
+            .to_string()
+    );
+    assert_ne!(
+        changes["base"], changes["head"],
+        "the merge base is the base branch's"
+    );
+
+    // A task without a git repository has nothing to show (409), an unknown task is 404.
+    let (own, _) = task(&api, json!({})).await;
+    assert_eq!(
+        api.get(&format!("/api/v1/tasks/{own}/changes")).await.0,
+        409
+    );
+    assert_eq!(api.get("/api/v1/tasks/no-such-task/changes").await.0, 404);
+    server.stop().await;
+}
+
+async fn w4_w9_a_files_diff_is_its_hunks_and_hostile_paths_get_400(url: String) {
+    let server = TestServer::start(&url).await;
+    let api = Api::new(&server.base);
+    let (id, tree) = task_with_changes(&api, &server, "w4-diff").await;
+    let (status, diff) = api
+        .get(&format!("/api/v1/tasks/{id}/diff?path=README.md"))
+        .await;
+    assert_eq!(status, 200, "{diff}");
+    assert_eq!(diff["file"]["status"], "modified");
+    assert_eq!(diff["truncated"], false);
+    let lines: Vec<(String, String)> = diff["hunks"][0]["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["kind"].as_str().unwrap().to_string(),
+                l["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            ("del".to_string(), "hello".to_string()),
+            ("add".to_string(), "from the agent".to_string())
+        ]
+    );
+    assert!(
+        diff["hunks"][0]["header"]
+            .as_str()
+            .unwrap()
+            .starts_with("@@ -1 +1 @@"),
+        "{diff}"
+    );
+
+    // A diff over the limit is cut and says so.
+    let line = "x".repeat(1000);
+    let big: String = (0..1000).map(|_| format!("{line}\n")).collect();
+    std::fs::write(tree.join("big.txt"), big).unwrap();
+    let (status, cut) = api
+        .get(&format!("/api/v1/tasks/{id}/diff?path=big.txt"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(cut["truncated"], true);
+    let sent: usize = cut["hunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|h| h["lines"].as_array().unwrap())
+        .map(|l| l["text"].as_str().unwrap().len())
+        .sum();
+    assert!(
+        sent <= turnstile::server::workspace::changes::MAX_DIFF_BYTES,
+        "{sent}"
+    );
+    assert_eq!(cut["file"]["additions"], 1000, "the counts are whole");
+
+    // W9: paths outside the worktree, or not plain, are refused before git runs.
+    std::os::unix::fs::symlink("/etc", tree.join("etc-link")).unwrap();
+    for bad in [
+        "../README.md",
+        "/etc/passwd",
+        "a%00b",
+        "./README.md",
+        "src/",
+        "",
+    ] {
+        let (status, v) = api
+            .get(&format!("/api/v1/tasks/{id}/diff?path={bad}"))
+            .await;
+        assert_eq!(status, 400, "{bad}: {v}");
+    }
+    // A link out of the worktree is a change like any other: its text, never what it names.
+    let (status, link) = api
+        .get(&format!("/api/v1/tasks/{id}/diff?path=etc-link"))
+        .await;
+    assert_eq!(status, 200, "{link}");
+    assert_eq!(link["hunks"][0]["lines"][0]["text"], "/etc");
+    let (status, _) = api
+        .get(&format!("/api/v1/tasks/{id}/diff?path=unchanged.txt"))
+        .await;
+    assert_eq!(status, 404);
+    server.stop().await;
 }

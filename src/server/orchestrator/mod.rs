@@ -1,5 +1,6 @@
 //! Sessions, turns, prompts and the prompt queue, the workflow guard, resumes; what `/metrics` reads.
 
+pub mod changes;
 pub mod forward;
 pub mod gauges;
 pub mod lease;

@@ -3,6 +3,7 @@
 //! directory, a plain repository's directory, or its own git worktree. Git runs on the
 //! blocking pool, one operation at a time per repository (W7).
 
+pub mod changes;
 pub mod git;
 
 use std::collections::HashMap;
@@ -91,16 +92,32 @@ impl Workspaces {
             // A plain directory: the agent works in it, not isolated (W3).
             return Ok(PathBuf::from(ws.path));
         };
-        let path = self.worktrees.join(safe_name(task_id)?);
-        let lock = self.lock(&ws.repository_id);
-        let _held = lock.lock().await;
+        let path = self.worktree_of(task_id)?;
         let (repo, name, at) = (PathBuf::from(ws.path), task_id.to_string(), path.clone());
-        tokio::task::spawn_blocking(move || {
+        self.git(&ws.repository_id, move || {
             git::ensure_worktree(&repo, &base, &branch, &name, &at)
         })
-        .await
-        .map_err(|e| format!("the worktree's creation stopped: {e}"))??;
+        .await?;
         Ok(path)
+    }
+
+    /// W3: where the worktree of a task on a git repository is (or will be).
+    pub fn worktree_of(&self, task_id: &str) -> Result<PathBuf, String> {
+        Ok(self.worktrees.join(safe_name(task_id)?))
+    }
+
+    /// W7: runs the git operation `f` on the blocking pool while holding the repository's
+    /// lock, so operations on one repository never overlap.
+    pub async fn git<T: Send + 'static>(
+        &self,
+        repository_id: &str,
+        f: impl FnOnce() -> Result<T, String> + Send + 'static,
+    ) -> Result<T, String> {
+        let lock = self.lock(repository_id);
+        let _held = lock.lock().await;
+        tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| format!("git stopped: {e}"))?
     }
 
     /// W6: a deleted task's directory gone: its own directory, or its worktree (forced) and,
@@ -123,15 +140,12 @@ impl Workspaces {
         let Some(branch) = ws.branch else {
             return Ok(());
         };
-        let path = self.worktrees.join(safe_name(task_id)?);
-        let lock = self.lock(&ws.repository_id);
-        let _held = lock.lock().await;
+        let path = self.worktree_of(task_id)?;
         let (repo, name) = (PathBuf::from(ws.path), task_id.to_string());
-        tokio::task::spawn_blocking(move || {
+        self.git(&ws.repository_id, move || {
             git::remove_worktree(&repo, &name, &path, &branch, delete_branch)
         })
         .await
-        .map_err(|e| format!("the worktree's removal stopped: {e}"))?
     }
 
     fn lock(&self, repository_id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -142,6 +156,21 @@ impl Workspaces {
             .or_default()
             .clone()
     }
+}
+
+/// W9: a path a client names inside a worktree: relative, plain (no `..`, `.` or root), no
+/// NUL; 400 otherwise. Only ever compared with the paths git reports, never opened as given.
+pub fn relative_path(raw: &str) -> Result<String, AppError> {
+    let plain = !raw.starts_with('/')
+        && raw
+            .split('/')
+            .all(|s| !s.is_empty() && s != "." && s != "..");
+    if raw.contains('\0') || !plain {
+        return Err(AppError::BadRequest(format!(
+            "path {raw:?} must be a plain path relative to the task's worktree"
+        )));
+    }
+    Ok(raw.to_string())
 }
 
 /// A task id as one path component (ids are generated, but a path is never built from
@@ -157,6 +186,25 @@ fn safe_name(id: &str) -> Result<&str, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn w9_a_client_path_is_plain_and_relative() {
+        for good in ["README.md", "src/main.rs", "a b/c.txt"] {
+            assert_eq!(relative_path(good).unwrap(), good);
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "./a",
+            "a/./b",
+            "a\0b",
+            "a/",
+        ] {
+            assert!(relative_path(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn only_plain_ids_name_a_directory() {
