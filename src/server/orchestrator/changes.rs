@@ -6,7 +6,8 @@ use crate::server::state::AppState;
 use crate::server::workspace::{changes, relative_path};
 
 /// The task's worktree and base branch: 404 without the task, 409 without a worktree (a task
-/// without a git repository, or whose first session has not started yet).
+/// without a git repository, or none of whose sessions has started: W3 makes the worktree
+/// when the first one starts).
 async fn worktree_of(
     state: &AppState,
     task_id: &str,
@@ -28,7 +29,7 @@ async fn worktree_of(
         .map_err(AppError::BadRequest)?;
     if !path.is_dir() {
         return Err(AppError::Conflict(
-            "the task has no worktree yet: its first session makes it".into(),
+            "the task has no worktree: it is made when the task's first session starts".into(),
         ));
     }
     Ok((repository_id, path, base))

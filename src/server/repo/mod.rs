@@ -32,7 +32,10 @@ pub use postgres::PostgresRepository;
 pub use profiles::ProfileStore;
 pub use questions::QuestionStore;
 pub use records::*;
-pub use repositories::{Deleted, NewRepository, RepositoryStore};
+pub use repositories::{
+    Deleted, NewRepository, NewTaskWorkspace, RepositoryRecord, RepositoryStore,
+    TaskWorkspaceRecord,
+};
 pub use sessions::SessionStore;
 pub use sql::{SqlBackend, SqlRepository};
 pub use sqlite::SqliteRepository;

@@ -4,8 +4,50 @@ use async_trait::async_trait;
 use sqlx::{Encode, Executor, FromRow, Type};
 
 use super::sql::{RowsAffected, SqlBackend, SqlRepository};
-use super::{RepoResult, RepositoryRecord, TaskWorkspaceRecord, new_id};
+use super::{RepoResult, new_id};
 use crate::server::time::Micros;
+
+/// W1: a registered repository.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct RepositoryRecord {
+    pub id: String,
+    pub name: String,
+    /// Canonical, under a workspace root when registered.
+    pub path: String,
+    pub git: bool,
+    pub base_branch: Option<String>,
+    pub created_at: Micros,
+}
+
+impl RepositoryRecord {
+    pub fn to_dto(&self) -> crate::model::Repository {
+        crate::model::Repository {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            path: self.path.clone(),
+            git: self.git,
+            base_branch: self.base_branch.clone(),
+        }
+    }
+}
+
+/// W2/W3: the repository a task works in: its directory, and for a git repository the branch
+/// the task's worktree starts from and the task's own branch (both `None` for a plain one).
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub struct TaskWorkspaceRecord {
+    pub repository_id: String,
+    pub path: String,
+    pub base_branch: Option<String>,
+    pub branch: Option<String>,
+}
+
+/// W2: what a new task records of its repository (the branch name is made by the caller).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewTaskWorkspace {
+    pub repository_id: String,
+    pub base_branch: Option<String>,
+    pub branch: Option<String>,
+}
 
 /// A repository to register: a canonical directory under a workspace root, checked by the
 /// caller (`server::workspace`).

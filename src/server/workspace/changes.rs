@@ -6,15 +6,12 @@ use std::path::Path;
 
 use git2::{Delta, DiffFindOptions, DiffOptions, Patch, Repository};
 
+use super::git::said;
 use crate::model::{ChangedFile, Changes, DiffLine, FileDiff, Hunk};
 
 /// The most bytes of diff lines one file's diff carries (W4): a longer one is cut there and
 /// says `truncated`.
 pub const MAX_DIFF_BYTES: usize = 512 * 1024;
-
-fn said(e: git2::Error) -> String {
-    e.message().to_string()
-}
 
 /// The worktree's diff against the merge base, with renames found; the merge base and head.
 fn diff<'r>(
@@ -121,59 +118,62 @@ pub fn file_diff(
 ) -> Result<Option<FileDiff>, String> {
     let repo = Repository::open(worktree).map_err(said)?;
     let (diff, _, _) = diff(&repo, base_branch)?;
-    for index in 0..diff.deltas().len() {
-        let Some((file, patch)) = file_of(&diff, index)? else {
-            continue;
-        };
-        if file.path != path {
-            continue;
-        }
-        let mut hunks = Vec::new();
-        let mut bytes = 0;
-        let mut truncated = false;
-        if let Some(patch) = patch {
-            'hunks: for h in 0..patch.num_hunks() {
-                let (hunk, count) = patch.hunk(h).map_err(said)?;
-                let mut lines = Vec::new();
-                for l in 0..count {
-                    let line = patch.line_in_hunk(h, l).map_err(said)?;
-                    let kind = match line.origin() {
-                        '+' => "add",
-                        '-' => "del",
-                        ' ' => "ctx",
-                        _ => continue,
-                    };
-                    let text = String::from_utf8_lossy(line.content());
-                    let text = text.trim_end_matches(['\n', '\r']).to_string();
-                    bytes += text.len();
-                    if bytes > MAX_DIFF_BYTES {
-                        truncated = true;
-                        hunks.push(Hunk {
-                            header: header_of(&hunk),
-                            lines,
-                        });
-                        break 'hunks;
-                    }
-                    lines.push(DiffLine {
-                        kind: kind.to_string(),
-                        old: line.old_lineno(),
-                        new: line.new_lineno(),
-                        text,
-                    });
-                }
+    // Only the named file's patch is computed: the others' contents are never read.
+    let named = diff
+        .deltas()
+        .position(|d| d.new_file().path().or(d.old_file().path()) == Some(Path::new(path)));
+    let Some((file, patch)) = named.map(|i| file_of(&diff, i)).transpose()?.flatten() else {
+        return Ok(None);
+    };
+    let (hunks, truncated) = match patch {
+        Some(patch) => hunks_of(&patch)?,
+        None => (Vec::new(), false),
+    };
+    Ok(Some(FileDiff {
+        file,
+        hunks,
+        truncated,
+    }))
+}
+
+/// A patch's hunks, their lines stopping at [`MAX_DIFF_BYTES`] (then `true`).
+fn hunks_of(patch: &Patch<'_>) -> Result<(Vec<Hunk>, bool), String> {
+    let mut hunks = Vec::new();
+    let mut bytes = 0;
+    for h in 0..patch.num_hunks() {
+        let (hunk, count) = patch.hunk(h).map_err(said)?;
+        let mut lines = Vec::new();
+        for l in 0..count {
+            let line = patch.line_in_hunk(h, l).map_err(said)?;
+            let kind = match line.origin() {
+                '+' => "add",
+                '-' => "del",
+                ' ' => "ctx",
+                _ => continue,
+            };
+            let text = String::from_utf8_lossy(line.content());
+            let text = text.trim_end_matches(['\n', '\r']).to_string();
+            bytes += text.len();
+            if bytes > MAX_DIFF_BYTES {
                 hunks.push(Hunk {
                     header: header_of(&hunk),
                     lines,
                 });
+                return Ok((hunks, true));
             }
+            lines.push(DiffLine {
+                kind: kind.to_string(),
+                old: line.old_lineno(),
+                new: line.new_lineno(),
+                text,
+            });
         }
-        return Ok(Some(FileDiff {
-            file,
-            hunks,
-            truncated,
-        }));
+        hunks.push(Hunk {
+            header: header_of(&hunk),
+            lines,
+        });
     }
-    Ok(None)
+    Ok((hunks, false))
 }
 
 fn header_of(hunk: &git2::DiffHunk<'_>) -> String {

@@ -20,8 +20,20 @@ pub enum Found {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Refused(pub String);
 
-fn said(e: git2::Error) -> String {
+/// libgit2's message, for the person (the code and class add nothing for them).
+pub(super) fn said(e: git2::Error) -> String {
     e.message().to_string()
+}
+
+/// The main checkout of a registered repository.
+fn open(repo_dir: &Path) -> Result<Repository, String> {
+    Repository::open(repo_dir).map_err(|e| {
+        format!(
+            "cannot open the repository {}: {}",
+            repo_dir.display(),
+            said(e)
+        )
+    })
 }
 
 /// W1: whether `dir` (canonical) is a git repository's top directory, a plain directory, or
@@ -81,13 +93,7 @@ pub fn ensure_worktree(
     name: &str,
     path: &Path,
 ) -> Result<(), String> {
-    let repo = Repository::open(repo_dir).map_err(|e| {
-        format!(
-            "cannot open the repository {}: {}",
-            repo_dir.display(),
-            said(e)
-        )
-    })?;
+    let repo = open(repo_dir)?;
     if let Ok(existing) = repo.find_worktree(name) {
         let whole = existing.validate().is_ok()
             && same_dir(existing.path(), path)
@@ -143,13 +149,7 @@ pub fn remove_worktree(
     branch: &str,
     delete_branch: bool,
 ) -> Result<(), String> {
-    let repo = Repository::open(repo_dir).map_err(|e| {
-        format!(
-            "cannot open the repository {}: {}",
-            repo_dir.display(),
-            said(e)
-        )
-    })?;
+    let repo = open(repo_dir)?;
     if let Ok(worktree) = repo.find_worktree(name) {
         prune(&worktree).map_err(|e| format!("cannot remove the task's worktree: {}", said(e)))?;
     }
